@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Build FlashInfer's SM90 fused-MoE module reduced to the BF16 x MXFP4 (W4A16) path.
+#
+# Runs on a CPU-only box (no GPU needed: nvcc cross-compiles sm_90a) or on the H200.
+# Output: $FIMOE_ROOT/out/fused_moe_90_w4a16.so (+ build.json), and, with INSTALL_DIR set,
+# a copy there (e.g. INSTALL_DIR=.devbundle/fi_moe so a device run can carry it).
+# Marker: $FIMOE_ROOT/BUILD_DONE (content "ok ..." or "failed ...") when the script ends;
+# log: $FIMOE_ROOT/build.log; per-TU times: the build dir's .ninja_log.
+#
+# Env knobs: FIMOE_ROOT (default /tmp/fimoe), JOBS (default 2), NICE (default 19),
+# FI_SITE (flashinfer install, default /tmp/site), PY (python with torch + tvm-ffi),
+# CUDA_HOME (default /usr/local/cuda).
+# See docs/flashinfer-moe.md for why each step exists.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+FIMOE_ROOT=${FIMOE_ROOT:-/tmp/fimoe}
+JOBS=${JOBS:-2}
+NICE=${NICE:-19}
+FI_SITE=${FI_SITE:-/tmp/site}
+PY=${PY:-/tmp/venv/bin/python}
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PYTHONPATH="$FI_SITE${PYTHONPATH:+:$PYTHONPATH}"
+export FLASHINFER_WORKSPACE_BASE="$FIMOE_ROOT/ws"
+export FLASHINFER_CUDA_ARCH_LIST="9.0a"
+
+mkdir -p "$FIMOE_ROOT/out" "$FIMOE_ROOT/link"
+rm -f "$FIMOE_ROOT/BUILD_DONE"
+log="$FIMOE_ROOT/build.log"
+exec > >(tee -a "$log") 2>&1
+start=$(date +%s)
+finish() {
+  local rc=$?
+  local status="ok"
+  [ $rc -eq 0 ] || status="failed rc=$rc"
+  echo "$status $(( $(date +%s) - start ))s $(date -u +%FT%TZ)" > "$FIMOE_ROOT/BUILD_DONE"
+  echo "== $status; marker $FIMOE_ROOT/BUILD_DONE"
+}
+trap finish EXIT
+
+[ -d "$FI_SITE/flashinfer" ] || bash "$repo/.devbundle/install.sh" || true
+[ -d "$FI_SITE/flashinfer" ] || { echo "no flashinfer in $FI_SITE"; exit 2; }
+
+# Headers a minimal CUDA toolkit (this CPU box: nvcc + cudart only) lacks, and libnvrtc.so.13
+# (the binding links -lnvrtc for DeepGEMM's NVRTC JIT). A full toolkit has them all; else take
+# them from the CUDA 13.0 PyPI wheels (headers only; the .so only to link against).
+extra_inc=""
+need_wheels=()
+[ -f "$CUDA_HOME/include/nvrtc.h" ] || need_wheels+=("nvidia-cuda-nvrtc>=13.0,<13.1")
+[ -f "$CUDA_HOME/include/cublasLt.h" ] || need_wheels+=("nvidia-cublas>=13.0,<13.1")
+[ -f "$CUDA_HOME/include/curand_kernel.h" ] || need_wheels+=("nvidia-curand>=10.4,<10.5")
+if [ ${#need_wheels[@]} -gt 0 ]; then
+  cudax="$FIMOE_ROOT/cudax/nvidia/cu13"
+  if [ ! -f "$FIMOE_ROOT/cudax/.done" ]; then
+    mkdir -p "$FIMOE_ROOT/wheels"
+    "$PY" -m pip download -q --no-deps -d "$FIMOE_ROOT/wheels" "${need_wheels[@]}"
+    "$PY" - "$FIMOE_ROOT" <<'PYEOF'
+import pathlib, sys, zipfile
+root = pathlib.Path(sys.argv[1])
+for whl in sorted((root / "wheels").glob("*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        names = [n for n in z.namelist() if "/include/" in n or "/lib/libnvrtc.so" in n]
+        z.extractall(root / "cudax", names)
+(root / "cudax" / ".done").touch()
+PYEOF
+    rm -rf "$FIMOE_ROOT/wheels"
+  fi
+  extra_inc="-I$cudax/include"
+  [ -f "$cudax/lib/libnvrtc.so.13" ] && ln -sf "$cudax/lib/libnvrtc.so.13" "$FIMOE_ROOT/link/libnvrtc.so"
+fi
+# libcuda.so.1 is the driver: absent on a GPU-less box. Link against an empty stub with the
+# driver's SONAME; the real driver resolves the cu* symbols at load time on the GPU machine.
+if ! ls "$CUDA_HOME"/lib64/stubs/libcuda.so >/dev/null 2>&1 && ! ldconfig -p | grep -q 'libcuda.so.1 '; then
+  echo '' | cc -x c -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$FIMOE_ROOT/link/libcuda.so" -
+fi
+export FLASHINFER_EXTRA_CUDAFLAGS="$extra_inc"
+export FLASHINFER_EXTRA_CFLAGS="$extra_inc"
+export FLASHINFER_EXTRA_LDFLAGS="-L$FIMOE_ROOT/link"
+
+echo "== writing reduced spec ($(date -u +%T))"
+"$PY" "$here/fi_moe_build_spec.py" write > "$FIMOE_ROOT/out/build.json"
+build_dir=$("$PY" -c "import json,sys;print(json.load(open(sys.argv[1]))['build_dir'])" "$FIMOE_ROOT/out/build.json")
+lib=$("$PY" -c "import json,sys;print(json.load(open(sys.argv[1]))['library'])" "$FIMOE_ROOT/out/build.json")
+
+echo "== ninja -j$JOBS (nice $NICE) in $build_dir ($(date -u +%T))"
+nice -n "$NICE" ninja -C "$build_dir" -f "$build_dir/build.ninja" -j "$JOBS" -k 0
+
+echo "== linked $(du -h "$lib" | cut -f1) $lib"
+cp "$lib" "$FIMOE_ROOT/out/fused_moe_90_w4a16.so"
+strip --strip-unneeded "$FIMOE_ROOT/out/fused_moe_90_w4a16.so"
+"$PY" "$here/fi_moe_inspect_so.py" "$FIMOE_ROOT/out/fused_moe_90_w4a16.so" "$build_dir/.ninja_log" \
+  > "$FIMOE_ROOT/out/so_report.json" || echo "warning: inspection failed"
+if [ -n "${INSTALL_DIR:-}" ]; then
+  mkdir -p "$INSTALL_DIR"
+  cp "$FIMOE_ROOT/out/fused_moe_90_w4a16.so" "$FIMOE_ROOT/out/so_report.json" "$INSTALL_DIR/"
+  echo "== installed into $INSTALL_DIR"
+fi
+ls -la "$FIMOE_ROOT/out"

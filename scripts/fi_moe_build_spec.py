@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Write FlashInfer's SM90 fused-MoE JIT build, reduced to what BF16 x MXFP4 (W4A16) needs.
+
+Why: ``fused_moe_90`` as FlashInfer JIT-builds it compiles 220 generated CUTLASS translation
+units plus 26 hand-written sources; only 23 of the generated TUs (184 kernel launchers,
+``sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16, SafeFP4, ...>``) serve the
+W4A16 path (``use_w4_group_scaling=True``, bf16 activations, uint8 MXFP4 weights). We take
+FlashInfer's own JitSpec (same flags, include paths and sources, produced by
+``flashinfer.jit.fused_moe.gen_cutlass_fused_moe_sm90_module``), drop the other 197
+generated TUs and write the ninja file under our own module name. Nothing is copied from
+FlashInfer: every source compiled is the installed package's own file.
+
+The launchers of the dropped TUs stay *undefined* in the .so. tvm-ffi opens modules with
+``dlopen(RTLD_LAZY | RTLD_LOCAL)`` and we link with ``-z lazy``, so the module loads and
+every function of the W4A16 path works; calling any other dtype path of this module ends
+the process with "symbol lookup error". docs/flashinfer-moe.md explains the recipe.
+
+Usage (env: PYTHONPATH with flashinfer, FLASHINFER_WORKSPACE_BASE, FLASHINFER_CUDA_ARCH_LIST=9.0a)::
+
+    python scripts/fi_moe_build_spec.py write   # writes build.ninja, prints a JSON manifest
+    python scripts/fi_moe_build_spec.py count   # TU counts only
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+MODULE_NAME = "fused_moe_90_w4a16"
+#: the explicit instantiations the W4A16 runner (CutlassMoeFCRunner<__nv_bfloat16, Fp4Type>) calls
+W4A16_LAUNCHER = re.compile(r"sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16,\s*SafeFP4\b")
+INSTANTIATION = re.compile(r"^\s*template void |INSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM\(", re.M)
+
+
+def _classify(sources: list[Path]) -> dict[str, list[Path]]:
+    """Split the full source list: hand-written, generated-needed, generated-dropped."""
+    out: dict[str, list[Path]] = {"handwritten": [], "generated_w4a16": [], "generated_dropped": []}
+    for src in sources:
+        if not src.name.endswith(".generated.cu"):
+            out["handwritten"].append(src)
+            continue
+        text = src.read_text()
+        n_all = len(INSTANTIATION.findall(text))
+        n_w4a16 = len(W4A16_LAUNCHER.findall(text))
+        if n_w4a16 and n_w4a16 != n_all:
+            # generate_kernels.py groups by (kind, arch, M tile, mixed) in files of 8: a
+            # mixed file would pull in other kernels; keep it but say so.
+            print(f"warning: {src.name} mixes W4A16 and other launchers ({n_w4a16}/{n_all})", file=sys.stderr)
+        out["generated_w4a16" if n_w4a16 else "generated_dropped"].append(src)
+    return out
+
+
+def _instantiations(paths: list[Path]) -> int:
+    return sum(len(INSTANTIATION.findall(p.read_text())) for p in paths)
+
+
+def reduced_spec():
+    """FlashInfer's fused_moe_90 JitSpec with only the W4A16 generated TUs, renamed."""
+    from flashinfer.jit.fused_moe import gen_cutlass_fused_moe_sm90_module
+
+    full = gen_cutlass_fused_moe_sm90_module()
+    if full.name != "fused_moe_90":
+        raise SystemExit(f"unexpected module variant {full.name!r} (H20 prebuilt-D?); refusing")
+    parts = _classify(list(full.sources))
+    ldflags = list(full.extra_ldflags or []) + ["-Wl,-z,lazy"]
+    spec = dataclasses.replace(
+        full,
+        name=MODULE_NAME,
+        sources=parts["handwritten"] + parts["generated_w4a16"],
+        extra_ldflags=ldflags,
+    )
+    return full, spec, parts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("action", choices=["write", "count"])
+    args = ap.parse_args()
+    full, spec, parts = reduced_spec()
+    manifest = {
+        "module": spec.name,
+        "build_dir": str(spec.build_dir),
+        "library": str(spec.jit_library_path),
+        "ninja": str(spec.ninja_path),
+        "full_sources": len(full.sources),
+        "handwritten_sources": len(parts["handwritten"]),
+        "generated_total": len(parts["generated_w4a16"]) + len(parts["generated_dropped"]),
+        "generated_w4a16": len(parts["generated_w4a16"]),
+        "instantiations_total": _instantiations(parts["generated_w4a16"] + parts["generated_dropped"]),
+        "instantiations_w4a16": _instantiations(parts["generated_w4a16"]),
+        "reduced_sources": len(spec.sources),
+    }
+    if args.action == "write":
+        spec.write_ninja()
+        manifest["sources"] = [str(s) for s in spec.sources]
+    print(json.dumps(manifest, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from fp4bench.cli import main
+
+raise SystemExit(main())

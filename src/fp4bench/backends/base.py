@@ -1,0 +1,120 @@
+"""The backend contract: one small interface every GEMM implementation under test fulfils.
+
+A backend is a plain object; pytest never appears here (the plugin is a thin layer on top).
+Life of one benchmark case::
+
+    avail = backend.availability(device)          # cheap; never launches a kernel
+    why = backend.unsupported_reason(problem)     # shape/alignment gate, None when runnable
+    prep = backend.prepare(problem, operands, device)   # layouts, buffers: untimed
+    for tactic in backend.tactics(problem, device):
+        out = backend.run(prep, tactic)           # the timed call; writes prep.out
+
+Capability gating happens in ``availability`` *before* any library call: several FP4 entry
+points poison the CUDA context instead of raising on the wrong GPU (backends.md §1).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from fp4bench.operands import Operands
+from fp4bench.problems import Problem
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here, and a one-line reason (the pytest skip message)."""
+
+    ok: bool
+    reason: str
+    version: str | None = None
+
+    @classmethod
+    def yes(cls, version: str | None = None, reason: str = "available") -> "Availability":
+        return cls(True, reason, version)
+
+    @classmethod
+    def no(cls, reason: str, version: str | None = None) -> "Availability":
+        return cls(False, reason, version)
+
+
+@dataclass(frozen=True)
+class Tactic:
+    """One tile config / tactic, as the library takes it (``value``) and as people read it."""
+
+    value: Any
+    label: str
+
+    @property
+    def id(self) -> str:
+        return self.label
+
+
+DEFAULT_TACTIC = Tactic(value=None, label="default")
+
+
+class TacticUnsupported(RuntimeError):
+    """A tactic that fails to initialize for this problem (recorded as data, not a crash)."""
+
+
+@dataclass
+class Prepared:
+    """Everything ``run`` needs, built outside the timed region.
+
+    ``out`` is the output buffer the kernel writes (the verify layer poisons it before each
+    checked call); ``args`` holds the backend's own marshalled arguments.
+    """
+
+    problem: Problem
+    out: torch.Tensor
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    """Base class. Subclasses set the class attributes and implement the four methods."""
+
+    name: ClassVar[str]
+    #: problem kinds it runs: "dense", "grouped", "moe"
+    kinds: ClassVar[frozenset[str]]
+    #: formats of the operands it consumes, keys of problems.BYTES_PER_ELEMENT
+    act_format: ClassVar[str]
+    weight_format: ClassVar[str]
+    #: human-readable description of what is being called
+    api: ClassVar[str] = ""
+    #: True when the backend only runs on CUDA devices
+    needs_cuda: ClassVar[bool] = True
+
+    @abstractmethod
+    def availability(self, device: torch.device) -> Availability:
+        """Importable? Right version? Supported compute capability? Never launches work."""
+
+    def unsupported_reason(self, problem: Problem) -> str | None:
+        """None when ``problem`` can run; else why not (alignment, kind)."""
+        if problem.kind not in self.kinds:
+            return f"{self.name} does not run {problem.kind} problems"
+        return None
+
+    def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
+        """Every tile config / tactic the library exposes for this problem."""
+        return [DEFAULT_TACTIC]
+
+    @abstractmethod
+    def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
+        """Marshal the shared quantized operands into this library's layout; allocate ``out``."""
+
+    @abstractmethod
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        """Launch once with ``tactic``; returns the output. Timed: no host syncs.
+
+        Writes ``prepared.out`` and returns it, so the verify layer's poisoning can see
+        unwritten elements; an API without an ``out=`` argument returns its own tensor.
+
+        Raises ``TacticUnsupported`` when the tactic cannot initialize for this problem.
+        """
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.api})" if self.api else self.name

@@ -1,0 +1,230 @@
+"""FlashInfer dense NVFP4 GEMM through the CUTLASS FP4 runner, one explicit tactic per launch.
+
+``flashinfer.mm_fp4(backend="cutlass")`` has no tactic argument and, outside autotuning, always
+runs tactic -1 (= 0 on SM100, a fixed default on SM120), so this adapter drives the same runner
+object ``mm_fp4`` builds (backends.md section 3.4)::
+
+    runner = flashinfer.gemm.gemm_base.get_cutlass_fp4_gemm_module(major, minor).cutlass_fp4_gemm_runner()
+    ws     = flashinfer.utils._get_cache_buf("mm_fp4_workspace", DEFAULT_WORKSPACE_SIZE, device)
+    runner(inputs=[a, w.T, a_sf, w_sf.T, alpha, torch.bfloat16, out, 16, True, ws], tactic=t)
+
+No autotuner runs in the timed path. Tactics are ``range(fp4_gemm_tactic_num())`` (read through
+``runner.get_valid_tactics``); the labels come from the tile tables of the installed FlashInfer
+sources (SM100/110 and SM120/121 tables below), plain ``tNN`` elsewhere (SM103: its table is
+not verified).
+
+Library access goes through ``FlashInferAPI`` so that CPU contract tests can hand the adapter a
+fake (``FlashInferDense(api=fake)``) implementing the documented semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fp4bench import formats
+from fp4bench.backends import _gating
+from fp4bench.backends._marshal import nvfp4_alpha, nvfp4_pair
+from fp4bench.backends.base import Availability, Backend, Prepared, Tactic, TacticUnsupported
+from fp4bench.operands import Operands
+from fp4bench.problems import GemmProblem, Problem
+
+SUPPORTED_SMS = frozenset({100, 103, 110, 120, 121})
+DIST = "flashinfer-python"
+INIT_FAILURE = "Failed to initialize cutlass FP4 gemm"
+#: The SM100/103 wrapper checks ``k % 32`` and ``n % 32`` (csrc/fp4_gemm_cutlass.cu); SM120 leaves
+#: it to CUTLASS ``can_implement``. Applied on every GPU so all archs run the same problem set.
+ALIGN_K = 32
+ALIGN_N = 32
+
+
+# -- tactic labels (from flashinfer 0.7.2.post1 include/flashinfer/gemm/*template*.h) -------------
+
+# SM100/110: tile x cluster, then FlashInfer moves five "best" configs to the front. Tile K is in
+# elements (the C++ enum's "B" suffix notwithstanding); an even cluster M selects the 2-SM MMA.
+_SM100_TILES = ((128, 64, 128), (128, 256, 128), (128, 128, 256), (128, 256, 256))
+_SM100_CLUSTERS = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 2), (2, 4), (4, 4))
+_SM100_FIRST = (22, 20, 29, 4, 18)
+
+# SM120/121: per tile (K in elements = 2x the enum's byte count) four configs:
+# swapAB+DP, DP, swapAB+StreamK, StreamK; cluster 1x1x1.
+_SM120_TILES = ((128, 32, 128), (128, 32, 256), (128, 64, 128), (128, 64, 256),
+                (128, 128, 128), (128, 128, 256), (256, 128, 128), (128, 256, 128))
+_SM120_VARIANTS = ("swap-dp", "noswap-dp", "swap-streamk", "noswap-streamk")
+
+
+def _tile(t: tuple[int, int, int]) -> str:
+    return "x".join(str(v) for v in t)
+
+
+def _sm100_descriptions() -> tuple[str, ...]:
+    base = [(tile, cl) for tile in _SM100_TILES for cl in _SM100_CLUSTERS]
+    order = list(_SM100_FIRST) + [i for i in range(len(base)) if i not in _SM100_FIRST]
+    out = []
+    for i in order:
+        tile, (cm, cn) = base[i]
+        out.append(f"{_tile(tile)}-c{cm}x{cn}-{'2sm' if cm % 2 == 0 else '1sm'}")
+    return tuple(out)
+
+
+def _sm120_descriptions() -> tuple[str, ...]:
+    return tuple(f"{_tile(tile)}-{v}" for tile in _SM120_TILES for v in _SM120_VARIANTS)
+
+
+SM100_TACTICS = _sm100_descriptions()
+SM120_TACTICS = _sm120_descriptions()
+
+
+def tactic_table(major: int, minor: int) -> tuple[str, ...] | None:
+    """Descriptions indexed by tactic for the module FlashInfer picks on (major, minor), or None
+    when no verified table exists (SM103 uses its own module: unverified)."""
+    if major in (10, 11) and minor != 3:
+        return SM100_TACTICS
+    if major == 12:
+        return SM120_TACTICS
+    return None
+
+
+def tactic_labels(count: int, major: int, minor: int) -> list[str]:
+    """``"t05:128x64x128-c1x1-1sm"`` style labels; ``"tNN"`` when the table is unknown or the
+    library reports a different tactic count than the table has (a changed build)."""
+    table = tactic_table(major, minor)
+    if table is None or len(table) != count:
+        return [f"t{i:02d}" for i in range(count)]
+    return [f"t{i:02d}:{d}" for i, d in enumerate(table)]
+
+
+# -- library access --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FlashInferAPI:
+    """The few FlashInfer entry points the adapter uses (a fake replaces them in CPU tests).
+
+    cutlass_supported(sm): ``mm_fp4.is_backend_supported("cutlass", sm)`` (pure Python check).
+    fp4_runner(major, minor): the ``CutlassFp4GemmRunner`` (JIT-builds the module on first use).
+    workspace(device): the shared ``mm_fp4_workspace`` buffer, as ``mm_fp4`` uses it.
+    """
+
+    version: str
+    cutlass_supported: Callable[[int], bool]
+    fp4_runner: Callable[[int, int], Any]
+    workspace: Callable[[torch.device], torch.Tensor]
+
+
+def load_flashinfer() -> FlashInferAPI:
+    """Import FlashInfer (lazily: only from availability/prepare) and collect the entry points."""
+    import flashinfer
+    from flashinfer.gemm.gemm_base import DEFAULT_WORKSPACE_SIZE, get_cutlass_fp4_gemm_module
+    from flashinfer.utils import _get_cache_buf
+
+    def runner(major: int, minor: int) -> Any:
+        return get_cutlass_fp4_gemm_module(major, minor).cutlass_fp4_gemm_runner()
+
+    def workspace(device: torch.device) -> torch.Tensor:
+        return _get_cache_buf("mm_fp4_workspace", DEFAULT_WORKSPACE_SIZE, device)
+
+    return FlashInferAPI(
+        version=str(flashinfer.__version__),
+        cutlass_supported=lambda sm: bool(flashinfer.mm_fp4.is_backend_supported("cutlass", sm)),
+        fp4_runner=runner,
+        workspace=workspace,
+    )
+
+
+class FlashInferDense(Backend):
+    """``flashinfer-cutlass``: dense NVFP4 x NVFP4 -> bf16, every CUTLASS tactic explicitly."""
+
+    name = "flashinfer-cutlass"
+    kinds = frozenset({"dense"})
+    act_format = "nvfp4"
+    weight_format = "nvfp4"
+    api = "flashinfer CutlassFp4GemmRunner (mm_fp4 backend='cutlass'), explicit tactic, no autotuner"
+
+    def __init__(self, api: FlashInferAPI | None = None) -> None:
+        # Stored under another name: ``Backend.api`` is the human-readable description.
+        self._lib: FlashInferAPI | None = api
+
+    def _library(self) -> FlashInferAPI:
+        if self._lib is None:
+            self._lib = load_flashinfer()
+        return self._lib
+
+    def availability(self, device: torch.device) -> Availability:
+        info = _gating.device_info(device)
+        reason = _gating.arch_reason(info, SUPPORTED_SMS)
+        if reason:
+            return Availability.no(reason)
+        if self._lib is None:
+            if _gating.dist_version(DIST) is None:
+                return Availability.no(f"{DIST} is not installed")
+            try:
+                self._library()
+            except Exception as exc:  # any import-time failure is a skip reason, not a crash
+                return Availability.no(f"import flashinfer failed: {type(exc).__name__}: {exc}".splitlines()[0],
+                                       _gating.dist_version(DIST))
+        lib = self._library()
+        if not lib.cutlass_supported(info.sm):
+            return Availability.no(f"flashinfer {lib.version}: mm_fp4 backend 'cutlass' does not support "
+                                   f"{info.describe()}", lib.version)
+        return Availability.yes(lib.version)
+
+    def unsupported_reason(self, problem: Problem) -> str | None:
+        why = super().unsupported_reason(problem)
+        if why:
+            return why
+        assert isinstance(problem, GemmProblem)
+        if problem.k % ALIGN_K or problem.n % ALIGN_N:
+            return (f"{self.name}: needs K % {ALIGN_K} == 0 and N % {ALIGN_N} == 0 (FlashInfer SM100 "
+                    f"CUTLASS FP4 check), got N={problem.n} K={problem.k}")
+        return None
+
+    @staticmethod
+    def _arch(device: torch.device) -> _gating.DeviceInfo:
+        info = _gating.device_info(device)
+        if info is None:
+            raise RuntimeError(f"flashinfer-cutlass: {device} is not a CUDA device ({_gating.NO_CUDA})")
+        return info
+
+    def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
+        info = self._arch(device)
+        runner = self._library().fp4_runner(info.major, info.minor)
+        ids = list(runner.get_valid_tactics([], None))
+        labels = tactic_labels(len(ids), info.major, info.minor)
+        if ids != list(range(len(ids))):  # labels index the table; anything else gets plain ids
+            labels = [f"t{t:02d}" for t in ids]
+        return [Tactic(value=t, label=lab) for t, lab in zip(ids, labels)]
+
+    def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
+        why = self.unsupported_reason(problem)
+        if why:
+            raise ValueError(why)
+        assert isinstance(problem, GemmProblem)
+        qa, qw = nvfp4_pair(operands, self.name)
+        info = self._arch(device)
+        lib = self._library()
+        a = qa.data.to(device).contiguous()                        # [M, K/2] uint8
+        w = qw.data.to(device).contiguous()                        # [N, K/2] uint8
+        a_sf = formats.swizzle_128x4(qa.scales).to(device)        # [pad128(M), pad4(K/16)] e4m3
+        w_sf = formats.swizzle_128x4(qw.scales).to(device)        # [pad128(N), pad4(K/16)] e4m3
+        alpha = nvfp4_alpha(qa.global_scale, qw.global_scale).reshape(1).to(device)  # fp32 [1], read on device
+        out = torch.empty((problem.m, problem.n), dtype=torch.bfloat16, device=device)
+        ws = lib.workspace(a.device)
+        runner = lib.fp4_runner(info.major, info.minor)
+        inputs = [a, w.T, a_sf, w_sf.T, alpha, torch.bfloat16, out, 16, True, ws]
+        return Prepared(problem, out, {"runner": runner, "inputs": inputs})
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        try:
+            prepared.args["runner"](inputs=prepared.args["inputs"], tactic=tactic.value)
+        except RuntimeError as exc:
+            msg = str(exc)
+            if INIT_FAILURE in msg:
+                raise TacticUnsupported(f"{tactic.label}: {msg.strip().splitlines()[0]}") from exc
+            raise
+        return prepared.out
+
+
+BACKENDS = [FlashInferDense()]

@@ -1,0 +1,76 @@
+"""Backend discovery: built-in modules, the ``fp4bench.backends`` entry-point group, plugins.
+
+Adding a backend = one module in this package defining ``BACKENDS = [...]``. Third parties
+ship a module with the same attribute and either declare it under the entry-point group
+``fp4bench.backends`` or pass ``--fp4-plugin=module`` / ``load_plugin("module")``.
+Discovery only imports our adapter modules; adapters import their libraries lazily in
+``availability`` so that a broken library never breaks discovery.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import pkgutil
+from types import ModuleType
+
+from fp4bench.backends.base import Backend
+
+_NOT_BACKEND_MODULES = {"base", "registry"}
+_registry: dict[str, Backend] = {}
+_loaded_builtins = False
+
+
+def register(backend: Backend) -> None:
+    """Add one backend; a second backend with the same name is a programming error."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"not a fp4bench Backend: {backend!r}")
+    old = _registry.get(backend.name)
+    if old is not None and type(old) is not type(backend):
+        raise ValueError(f"backend name {backend.name!r} registered twice ({type(old).__name__}, {type(backend).__name__})")
+    _registry[backend.name] = backend
+
+
+def _register_module(mod: ModuleType) -> None:
+    backends = getattr(mod, "BACKENDS", None)
+    if backends is None:
+        raise ValueError(f"backend module {mod.__name__} defines no BACKENDS list")
+    for b in backends:
+        register(b)
+
+
+def load_plugin(module_name: str) -> None:
+    """Import ``module_name`` and register its ``BACKENDS`` (the --fp4-plugin option)."""
+    try:
+        mod = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--fp4-plugin: cannot import backend module {module_name!r}: {exc}") from exc
+    _register_module(mod)
+
+
+def _load_builtins() -> None:
+    global _loaded_builtins
+    if _loaded_builtins:
+        return
+    _loaded_builtins = True
+    import fp4bench.backends as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name in _NOT_BACKEND_MODULES or info.name.startswith("_"):
+            continue
+        _register_module(importlib.import_module(f"{pkg.__name__}.{info.name}"))
+    for ep in importlib.metadata.entry_points(group="fp4bench.backends"):
+        _register_module(ep.load())
+
+
+def all_backends() -> list[Backend]:
+    _load_builtins()
+    return [_registry[k] for k in sorted(_registry)]
+
+
+def get_backend(name: str) -> Backend:
+    _load_builtins()
+    try:
+        return _registry[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(sorted(_registry))}") from None

@@ -1,0 +1,187 @@
+"""One benchmark case as a plain object: backend × problem × tactic -> checked, timed record.
+
+Order matters and is fixed here, not in pytest: availability gate -> shape gate -> operands
+(quantized once, cached) -> prepare -> correctness (a failed check skips timing) -> kernel
+names (profiler, untimed) -> GPU timing with NVML sampling -> extra_info. The pytest plugin
+only turns a ``CaseResult`` into skip / fail / benchmark stats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported
+from fp4bench.measure import kernels as kernel_ids
+from fp4bench.measure import peaks as peak_table
+from fp4bench.measure.telemetry import TelemetrySampler
+from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
+from fp4bench.measure.verify import CheckResult, check_case, gemm_error_bound
+from fp4bench.operands import Operands, make_operands
+from fp4bench.problems import GemmProblem, MoEProblem, Problem
+from fp4bench.reference import decoded_activations, decoded_weights, reference_gemm, unquantized_gemm
+
+SKIPPED = "skipped"
+UNSUPPORTED = "unsupported"
+FAILED = "failed"
+MEASURED = "measured"
+
+
+@dataclass
+class CaseResult:
+    status: str  # skipped | unsupported | failed | measured
+    reason: str = ""
+    check: CheckResult | None = None
+    timing: TimingResult | None = None
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Reference:
+    out: torch.Tensor
+    bound: torch.Tensor
+    unquantized: torch.Tensor | None
+
+
+def _clone(obj: Any) -> Any:
+    """Deep copy of tensors inside (possibly nested) dataclasses: rotating input copies."""
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _clone(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
+class CaseRunner:
+    """Holds the per-session caches (operands, references) and the measurement settings."""
+
+    def __init__(self, device: torch.device, timing: TimingConfig, *, cold_l2: bool = True,
+                 seed: int = 0, energy_window_s: float = 0.0, max_rotating_copies: int = 16,
+                 peaks: peak_table.GpuPeaks | None = None, cache_size: int = 2):
+        self.device, self.timing, self.cold_l2, self.seed = device, timing, cold_l2, seed
+        self.energy_window_s, self.max_rotating_copies = energy_window_s, max_rotating_copies
+        self.peaks = peaks
+        self._ops: OrderedDict[tuple, Operands] = OrderedDict()
+        self._refs: OrderedDict[tuple, _Reference] = OrderedDict()
+        self._cache_size = cache_size
+
+    # -- caches -------------------------------------------------------------------------
+    def _lru(self, cache: OrderedDict, key: tuple, make):
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        while len(cache) >= self._cache_size:
+            cache.popitem(last=False)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        cache[key] = value = make()
+        return value
+
+    def operands(self, problem: Problem, act: str, weight: str) -> Operands:
+        return self._lru(self._ops, (problem.id, act, weight),
+                         lambda: make_operands(problem, act, weight, self.device, self.seed))
+
+    def reference(self, ops: Operands) -> _Reference:
+        def make() -> _Reference:
+            if isinstance(ops.problem, MoEProblem):
+                from fp4bench import reference_moe
+
+                out = reference_moe.reference_moe(ops)
+                return _Reference(out, reference_moe.moe_error_bound(ops, out), None)
+            out = reference_gemm(ops)
+            if isinstance(ops.problem, GemmProblem):
+                bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k)
+            else:
+                bound = self._grouped_bound(ops, out)
+            return _Reference(out, bound, unquantized_gemm(ops))
+
+        return self._lru(self._refs, (ops.problem.id, ops.act_format, ops.weight_format), make)
+
+    @staticmethod
+    def _grouped_bound(ops: Operands, ref: torch.Tensor) -> torch.Tensor:
+        a, w = decoded_activations(ops), decoded_weights(ops)
+        bound = torch.empty_like(ref)
+        offs = ops.offsets.tolist()
+        for e in range(ops.problem.num_experts):
+            lo, hi = offs[e], offs[e + 1]
+            if hi > lo:
+                bound[lo:hi] = gemm_error_bound(a[lo:hi], w[e], ref[lo:hi], ops.problem.k)
+        return bound
+
+    # -- one case -----------------------------------------------------------------------
+    def run(self, backend: Backend, problem: Problem, tactic: Tactic) -> CaseResult:
+        avail = backend.availability(self.device)
+        if not avail.ok:
+            return CaseResult(SKIPPED, f"{backend.name}: {avail.reason}")
+        why = backend.unsupported_reason(problem)
+        if why:
+            return CaseResult(SKIPPED, f"{backend.name}: {why}")
+        ops = self.operands(problem, backend.act_format, backend.weight_format)
+        prep = backend.prepare(problem, ops, self.device)
+        ref = self.reference(ops)
+        info = self._describe(backend, avail.version, problem, tactic)
+        try:
+            check = check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
+        except TacticUnsupported as exc:
+            info["availability"] = f"unsupported: {exc}"
+            return CaseResult(UNSUPPORTED, str(exc), extra_info=info)
+        info["availability"] = "ok"
+        info.update(check.to_extra_info())
+        if not check.ok:
+            return CaseResult(FAILED, f"{check.kind}: {check.detail}", check=check, extra_info=info)
+        fns = self._rotating_calls(backend, problem, ops, prep, tactic)
+        if self.device.type == "cuda":
+            names = kernel_ids.kernel_names(fns[0])
+            info["kernels"] = names
+            with TelemetrySampler(self.device.index or 0) as tele:
+                timing = time_gpu(fns, self.timing, self.device)
+            info.update(tele.result().to_extra_info())
+        else:
+            timing = time_cpu(fns, dataclasses.replace(self.timing, mode="cpu"))
+        info.update(timing.to_extra_info())
+        info.update(self._rates(problem, backend, timing.median_s))
+        return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
+
+    def _rotating_calls(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared,
+                        tactic: Tactic) -> list:
+        copies = 1
+        if self.cold_l2 and self.device.type == "cuda":
+            l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
+            footprint = max(1.0, problem.bytes_moved(backend.act_format, backend.weight_format))
+            copies = int(min(self.max_rotating_copies, max(1, math.ceil(3 * l2 / footprint))))
+        preps = [prep] + [backend.prepare(problem, _clone(ops), self.device) for _ in range(copies - 1)]
+        return [(lambda p=p: backend.run(p, tactic)) for p in preps]
+
+    def _describe(self, backend: Backend, version: str | None, problem: Problem, tactic: Tactic) -> dict:
+        o = problem.origin
+        info: dict[str, Any] = {
+            "backend": backend.name, "backend_version": version, "api": backend.api,
+            "tactic": tactic.label, "problem": problem.id, "kind": problem.kind,
+            "model": o.model, "batch": o.batch, "tp": o.tp, "routing": o.routing, "role": o.role,
+            "act_format": backend.act_format, "weight_format": backend.weight_format,
+            "l2": "cold (rotating copies)" if self.cold_l2 else "hot",
+        }
+        if problem.kind == "dense":
+            info.update(m=problem.m, n=problem.n, k=problem.k)
+        elif problem.kind == "grouped":
+            info.update(n=problem.n, k=problem.k, tokens_per_expert=list(problem.tokens_per_expert),
+                        active_experts=problem.active_experts)
+        else:
+            info.update(hidden=problem.hidden, inter=problem.inter, num_tokens=problem.num_tokens,
+                        top_k=problem.top_k, active_experts=problem.active_experts)
+        return info
+
+    def _rates(self, problem: Problem, backend: Backend, seconds: float) -> dict:
+        flops = problem.flops
+        nbytes = problem.bytes_moved(backend.act_format, backend.weight_format)
+        out = {"flops": flops, "bytes": nbytes, "tflops": flops / seconds / 1e12, "tbps": nbytes / seconds / 1e12}
+        if self.peaks is not None:
+            tf, tb, pc, pb = peak_table.percent_of_peak(flops, nbytes, seconds, self.peaks, backend.weight_format)
+            out.update(pct_peak_compute=pc, pct_peak_bandwidth=pb)
+        return out

@@ -1,0 +1,111 @@
+"""``fp4bench compare BASE.json NEW.json``: the regression gate between two saved runs.
+
+Unlike ``pytest-benchmark compare`` it has an exit code (measurement.md §10, #273):
+0 = no regression, 1 = regression, 2 = usage error / incompatible GPU / unusable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
+from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy, compare
+from fp4bench.report import verdict_table
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+PROG = "fp4bench compare"
+
+
+def _percent(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage like 5 or 2.5, got {text!r}") from None
+    if not (0 <= v < 1000):
+        raise argparse.ArgumentTypeError(f"percentage must be in [0, 1000), got {v:g}")
+    return v
+
+
+def _alpha(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a significance level like 0.05, got {text!r}") from None
+    if not (0 < v < 1):
+        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1 (exclusive), got {v:g}")
+    return v
+
+
+def _print_safely(text: str) -> None:
+    """Print, degrading µ/→/± to '?' on a terminal that cannot encode them (never crash the gate)."""
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        enc = getattr(sys.stdout, "encoding", None) or "ascii"
+        print(text.encode(enc, "replace").decode(enc))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = Policy()
+    ap = argparse.ArgumentParser(
+        prog=PROG,
+        description="Compare two fp4bench result files (pytest-benchmark JSON with raw samples) "
+        "with a noise-aware, multiple-comparison-corrected gate.",
+        epilog="exit status: 0 no regression, 1 regression, 2 usage error / incompatible GPU / bad file",
+    )
+    ap.add_argument("base", help="baseline file (e.g. baselines/<gpu>/approved.json)")
+    ap.add_argument("new", help="current run's --benchmark-json file")
+    ap.add_argument("--floor", type=_percent, default=d.floor * 100, help="smallest slowdown that fails, in %% (default %(default)g)")
+    ap.add_argument("--alpha", type=_alpha, default=d.alpha, help="family-wise significance level (Holm) (default %(default)g)")
+    ap.add_argument("--noise-k", type=float, default=d.noise_k, help="multiple of the baseline's robust sigma counted as noise (default %(default)g)")
+    ap.add_argument("--min-samples", type=int, default=d.min_samples, help="fewer samples on either side => AMBIGUOUS (default %(default)d)")
+    ap.add_argument("--allow-missing", action="store_true", help="benchmarks absent from NEW do not fail the gate")
+    ap.add_argument("--fail-on-ambiguous", action="store_true", help="AMBIGUOUS verdicts fail the gate too")
+    ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch, help="kernel-set change: report it or fail (default %(default)s)")
+    return ap
+
+
+def compare_main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status instead of exiting (the lead wires it into cli.py)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed usage / help
+        return EXIT_OK if e.code in (0, None) else EXIT_USAGE
+    try:
+        policy = Policy(
+            floor=args.floor / 100.0,
+            alpha=args.alpha,
+            noise_k=args.noise_k,
+            min_samples=args.min_samples,
+            allow_missing=args.allow_missing,
+            fail_on_ambiguous=args.fail_on_ambiguous,
+            dispatch=args.dispatch,
+        )
+    except ValueError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        base = load_baseline(args.base)
+        new = load_baseline(args.new)
+        result = compare(
+            base,
+            new.as_current(),
+            availability_now=new.availability,
+            policy=policy,
+            current_fingerprint=new.fingerprint,
+        )
+    except IncompatibleBaseline as e:
+        print(f"{PROG}: incompatible baseline: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as e:  # BaselineError, or bad values inside a file (e.g. noise_floor)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    _print_safely(verdict_table(result))
+    return EXIT_REGRESSION if result.exit_code else EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(compare_main(sys.argv[1:]))

@@ -1,0 +1,242 @@
+"""Fingerprint of the GPU and software stack a benchmark ran on.
+
+Why: a baseline is only comparable with a run on the same GPU *model* (``MUST_MATCH``);
+everything else in the stack (driver, CUDA, torch, FlashInfer, sgl_kernel, cuBLASLt) is what a
+regression gate is *for* — it may differ and is shown in the report as "what changed".
+
+Collecting a fingerprint must never import the kernel libraries: ``sgl_kernel`` can fail to import
+or poison the CUDA context on the wrong GPU (backends.md §1), so versions come from
+``importlib.metadata`` (distribution metadata only). NVML (``pynvml``) is optional: without it, or
+without a driver, the NVML fields are ``None``. A CPU-only machine yields ``gpu_name="cpu"``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+#: Keys that must be equal between a baseline and the current run (the GPU model).
+MUST_MATCH: tuple[str, ...] = ("gpu_slug", "compute_capability")
+
+# Distribution names, tried in order (importlib.metadata looks at dist names, not import names).
+_DISTS: dict[str, tuple[str, ...]] = {
+    "flashinfer": ("flashinfer-python", "flashinfer"),
+    "sgl_kernel": ("sgl-kernel", "sgl_kernel"),
+    "cublas_wheel": ("nvidia-cublas", "nvidia-cublas-cu13", "nvidia-cublas-cu12"),
+}
+
+
+def gpu_slug(name: str) -> str:
+    """Filesystem-safe GPU model name: ``"NVIDIA H200"`` -> ``"nvidia-h200"``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not slug:
+        raise ValueError(f"cannot make a GPU slug from name {name!r}")
+    return slug
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What ran the benchmarks. ``None`` means "not obtainable here", never a guess."""
+
+    gpu_name: str
+    gpu_slug: str
+    compute_capability: str | None = None  # "9.0", "10.0"; None on CPU
+    sm_count: int | None = None
+    memory_gib: float | None = None
+    l2_bytes: int | None = None
+    driver: str | None = None
+    cuda: str | None = None  # torch.version.cuda: the CUDA torch was built with
+    torch: str | None = None
+    flashinfer: str | None = None
+    sgl_kernel: str | None = None
+    cublaslt: str | None = None
+    python: str | None = None
+    power_limit_w: float | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_max_mhz: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Fingerprint":
+        """Inverse of ``to_dict``; unknown keys (from newer writers) are ignored."""
+        if not isinstance(data, dict):
+            raise ValueError(f"fingerprint must be a JSON object, got {type(data).__name__}")
+        name = data.get("gpu_name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"fingerprint has no gpu_name (got {name!r})")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs.setdefault("gpu_slug", gpu_slug(name))
+        if kwargs["gpu_slug"] is None:
+            kwargs["gpu_slug"] = gpu_slug(name)
+        cc = kwargs.get("compute_capability")
+        if cc is not None:
+            kwargs["compute_capability"] = str(cc)
+        return cls(**kwargs)
+
+    @property
+    def model(self) -> str:
+        """The must-match identity in words, for error messages."""
+        cc = self.compute_capability or "n/a"
+        return f"{self.gpu_name} ({self.gpu_slug}, compute capability {cc})"
+
+    def same_model(self, other: "Fingerprint") -> bool:
+        return all(getattr(self, k) == getattr(other, k) for k in MUST_MATCH)
+
+    def differences(self, other: "Fingerprint") -> list[tuple[str, Any, Any]]:
+        """(key, self value, other value) for every differing non-must-match key."""
+        skip = set(MUST_MATCH) | {"gpu_name"}
+        return [
+            (f.name, getattr(self, f.name), getattr(other, f.name))
+            for f in fields(self)
+            if f.name not in skip and getattr(self, f.name) != getattr(other, f.name)
+        ]
+
+
+def dist_version(*names: str) -> str | None:
+    """Installed version of the first distribution found, without importing it."""
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _loaded_cublaslt_version() -> str | None:
+    """Version of the libcublasLt this process has loaded (torch links it), via its own API.
+
+    Reads /proc/self/maps (Linux) so we never load a *different* copy than torch uses.
+    ``cublasLtGetVersion`` encodes major*10000 + minor*100 + patch.
+    """
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcublasLt" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.cublasLtGetVersion.restype = ctypes.c_size_t
+            v = int(lib.cublasLtGetVersion())
+        except (OSError, AttributeError):
+            continue
+        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    return None
+
+
+def _nvml_info(props: Any, index: int) -> dict[str, Any]:
+    """Driver, enforced power limit and max clocks from NVML; {} when NVML is unusable."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError / missing libnvidia-ml: no driver here
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        try:
+            out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        except Exception:
+            pass
+        handle = _nvml_handle(pynvml, props, index)
+        if handle is None:
+            return out
+        for key, call in (
+            ("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0),
+            ("sm_clock_max_mhz", lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))),
+            ("mem_clock_max_mhz", lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))),
+        ):
+            try:
+                out[key] = call()
+            except Exception:  # not supported on this GPU / vGPU / MIG
+                pass
+        return out
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _nvml_handle(pynvml: Any, props: Any, index: int) -> Any:
+    """The NVML handle of torch's device. By UUID: CUDA_VISIBLE_DEVICES renumbers indices."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        if not text.startswith(("GPU-", "MIG-")):
+            text = "GPU-" + text
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(text)
+        except Exception:
+            pass
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        try:
+            return pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:
+            pass
+    return None  # cannot tell which physical GPU torch's index is: leave NVML fields None
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _driver_from_proc() -> str | None:
+    """Kernel-module version, for when NVML is not installed."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", f.read())
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
+def collect_fingerprint(device: Any = None) -> Fingerprint:
+    """Fingerprint of ``device`` (default: current CUDA device, else the CPU)."""
+    import torch  # lazy: `fp4bench compare` never needs torch
+
+    common = dict(
+        cuda=torch.version.cuda,
+        torch=torch.__version__,
+        flashinfer=dist_version(*_DISTS["flashinfer"]),
+        sgl_kernel=dist_version(*_DISTS["sgl_kernel"]),
+        python=platform.python_version(),
+    )
+    dev = torch.device(device) if device is not None else None
+    if dev is None:
+        dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if dev.type == "cpu":
+        return Fingerprint(gpu_name="cpu", gpu_slug="cpu", **common)
+    if dev.type != "cuda":
+        raise ValueError(f"collect_fingerprint supports cpu and cuda devices, got {dev}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"fingerprint of {dev} requested but CUDA is not available here")
+
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    nvml = _nvml_info(props, index)
+    l2 = getattr(props, "L2_cache_size", None)
+    return Fingerprint(
+        gpu_name=props.name,
+        gpu_slug=gpu_slug(props.name),
+        compute_capability=f"{props.major}.{props.minor}",
+        sm_count=int(props.multi_processor_count),
+        memory_gib=round(props.total_memory / 2**30, 1),
+        l2_bytes=int(l2) if l2 else None,
+        driver=nvml.get("driver") or _driver_from_proc(),
+        cublaslt=_loaded_cublaslt_version() or dist_version(*_DISTS["cublas_wheel"]),
+        power_limit_w=nvml.get("power_limit_w"),
+        sm_clock_max_mhz=nvml.get("sm_clock_max_mhz"),
+        mem_clock_max_mhz=nvml.get("mem_clock_max_mhz"),
+        **common,
+    )

@@ -1,0 +1,564 @@
+"""Noise-aware regression verdicts on raw timing samples.
+
+Rule for one benchmark (``ratio = median(new) / median(base)``; measurement.md §11)::
+
+    FAIL       ratio - 1 >= floor                      (effect big enough to matter)
+           and one-sided Mann-Whitney U p_adj < alpha  (new is slower, not a fluke)
+           and ratio - 1 > noise                       (beyond the baseline's own spread)
+    AMBIGUOUS  slower beyond the floor but not significant or within noise (a suspect: re-measure),
+               or significantly slower beyond the noise but under the floor,
+               or fewer than ``min_samples`` samples on either side
+    PASS       otherwise; "improved" when faster by the same three criteria
+    INVALID    either run flagged throttling / a clock anomaly in ``extra_info``: reported, never a
+               timing failure (a throttled GPU says nothing about the code)
+    NEW / MISSING  only in the current run / only in the baseline (MISSING fails by default:
+               pytest-benchmark silently skips renamed tests, measurement.md §10)
+
+Why each part:
+
+* **Median, not mean**: one outlier moved a mean +24 % while the median moved +0.2 %.
+* **Floor**: with thousands of samples a 0.3 % drift is "significant"; the floor is the smallest
+  change anyone would act on.
+* **Mann-Whitney U** (rank test, one-sided "new slower"): GPU timings are skewed with outliers;
+  MWU assumes no distribution. It is done with ``scipy.stats.mannwhitneyu``.
+* **Noise**: a run-to-run shift of the median as large as the samples' own spread is normal on a
+  GPU (clocks, power). ``noise`` is ``extra_info["noise_floor"]`` of the baseline (a relative A/A
+  run-to-run spread measured by repeating an unchanged build) when present, else
+  ``noise_k * 1.4826 * MAD / median`` of the baseline samples (a robust relative sigma).
+* **Multiple comparisons**: M benchmarks at alpha each give about M*alpha false alarms per run.
+  ``compare`` controls the family-wise error rate with Holm–Bonferroni over all compared
+  benchmarks (uniformly more powerful than Bonferroni). A pytest plugin that must decide each test
+  as it runs, before the others are known, uses ``judge`` with Bonferroni ``alpha / m``,
+  m = number of benchmarks in the baseline: conservative (never fails where Holm would not), and
+  the end-of-session summary re-decides everything with Holm.
+
+``extra_info`` keys read here (written by the measure layer): ``throttled`` (bool),
+``clock_anomaly`` (bool or text), ``invalid`` (text: any other reason the sample set is void),
+``noise_floor`` (relative, e.g. 0.02), ``kernels`` (list of kernel names; a different *set* of
+names is a dispatch change), ``sm_clock_mhz`` (number or per-sample list), ``throttle_reasons``
+(text or list of NVML reason names).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from fp4bench.env import Fingerprint
+from fp4bench.gate.baseline import Baseline, BenchmarkRecord, check_compatible, is_ok
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution * this = its sigma
+INVALID_FLAGS = ("throttled", "clock_anomaly", "invalid")
+
+
+class Status(str, Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    AMBIGUOUS = "AMBIGUOUS"
+    NEW = "NEW"
+    MISSING = "MISSING"
+    INVALID = "INVALID"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Verdict kinds: what was judged.
+TIMING = "timing"
+LOST_TACTIC = "lost tactic"
+NEW_TACTIC = "new tactic"
+DISPATCH = "dispatch"
+
+DISPATCH_POLICIES = ("report", "fail")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Gate settings. ``floor``/``noise`` are relative (0.05 = 5 %)."""
+
+    floor: float = 0.05
+    alpha: float = 0.05
+    noise_k: float = 2.0
+    min_samples: int = 5
+    allow_missing: bool = False
+    fail_on_ambiguous: bool = False
+    dispatch: str = "report"  # "report": flag only; "fail": a kernel-set change is a FAIL
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.floor < 10):
+            raise ValueError(f"Policy.floor is a relative change (0.05 = 5 %), got {self.floor}")
+        if not (0 < self.alpha < 1):
+            raise ValueError(f"Policy.alpha must be in (0, 1), got {self.alpha}")
+        if self.noise_k < 0:
+            raise ValueError(f"Policy.noise_k must be >= 0, got {self.noise_k}")
+        if self.min_samples < 2:
+            raise ValueError(f"Policy.min_samples must be >= 2, got {self.min_samples}")
+        if self.dispatch not in DISPATCH_POLICIES:
+            raise ValueError(f"Policy.dispatch must be one of {DISPATCH_POLICIES}, got {self.dispatch!r}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One benchmark's (or availability entry's) outcome, with everything needed to explain it."""
+
+    name: str
+    status: Status
+    kind: str = TIMING
+    ratio: float | None = None
+    p_value: float | None = None  # raw one-sided MWU p, "new slower"
+    p_adjusted: float | None = None  # after Holm / Bonferroni: the number compared with alpha
+    base_median: float | None = None  # seconds
+    new_median: float | None = None
+    noise: float | None = None  # relative noise threshold used
+    floor: float | None = None
+    reason: str = ""
+    improved: bool = False
+    dispatch_changed: bool = False
+    kernels_added: tuple[str, ...] = ()
+    kernels_removed: tuple[str, ...] = ()
+    base_clock: str | None = None
+    new_clock: str | None = None
+    base_throttle: str | None = None
+    new_throttle: str | None = None
+    n_base: int = 0
+    n_new: int = 0
+
+    @property
+    def pct(self) -> float | None:
+        """Change of the median in percent (+ = slower)."""
+        return None if self.ratio is None else (self.ratio - 1.0) * 100.0
+
+    def message(self) -> str:
+        """One line that explains the verdict at a glance (pytest failure text, tables)."""
+        tag = self.status.value if self.kind == TIMING else f"{self.status.value} ({self.kind})"
+        head = f"{tag} {self.name}"
+        if self.kind in (LOST_TACTIC, NEW_TACTIC):
+            return f"{head}: {self.reason}"
+        if self.status is Status.MISSING:
+            return f"{head}: in the baseline ({format_seconds(self.base_median)}) but not measured now"
+        if self.status is Status.NEW:
+            return f"{head}: {format_seconds(self.new_median)} (not in the baseline)"
+        parts = [f"{self.pct:+.1f}%"] if self.pct is not None else []
+        if self.p_adjusted is not None:
+            parts.append(f"p={format_p(self.p_adjusted)}")
+        if self.floor is not None:
+            parts.append(f"floor {self.floor * 100:g}%")
+        if self.noise is not None:
+            parts.append(f"noise ±{self.noise * 100:.1f}%")
+        line = f"{head}: {format_seconds(self.base_median)} → {format_seconds(self.new_median)}"
+        if parts:
+            line += f" ({', '.join(parts)})"
+        line += f"; SM clock {self.base_clock or '?'}→{self.new_clock or '?'} MHz"
+        line += f", throttle: {self.base_throttle or '?'}→{self.new_throttle or '?'}"
+        if self.reason:
+            line += f" — {self.reason}"
+        return line
+
+
+# --- formatting helpers (shared with report.py) ------------------------------------------------
+
+
+def format_seconds(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.4g} {unit}"
+    return f"{s / 1e-9:.4g} ns"
+
+
+def format_p(p: float | None) -> str:
+    if p is None or not math.isfinite(p):
+        return "-"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
+
+
+# --- statistics -------------------------------------------------------------------------------
+
+
+def holm(pvalues: Sequence[float]) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values (reject where adjusted < alpha); FWER control."""
+    p = np.asarray(pvalues, dtype=float)
+    m = p.size
+    if m == 0:
+        return p
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    adj = np.empty_like(p)
+    adj[order] = np.minimum(stepped, 1.0)
+    return adj
+
+
+def bonferroni(p: float, m: int) -> float:
+    return min(1.0, p * max(m, 1))
+
+
+def relative_noise(base: np.ndarray, base_extra: Mapping[str, Any], policy: Policy) -> float:
+    """The change an unchanged build may show: A/A floor if recorded, else k * robust rel. sigma."""
+    nf = base_extra.get("noise_floor")
+    if nf is not None:
+        nf = float(nf)
+        if not math.isfinite(nf) or nf < 0:
+            raise ValueError(f"extra_info['noise_floor'] must be a relative value >= 0, got {nf}")
+        return nf
+    med = float(np.median(base))
+    if med <= 0:
+        return math.inf
+    return policy.noise_k * MAD_TO_SIGMA * float(stats.median_abs_deviation(base)) / med
+
+
+def min_attainable_p(n_new: int, n_base: int) -> float:
+    """Smallest one-sided exact MWU p with these sample counts: 1 / C(n1+n2, n1)."""
+    return 1.0 / math.comb(n_new + n_base, n_new)
+
+
+@dataclass(frozen=True)
+class _Assessment:
+    base_median: float
+    new_median: float
+    ratio: float
+    p_slower: float
+    p_faster: float
+    noise: float
+    n_base: int
+    n_new: int
+
+
+def _assess(
+    name: str, base: Sequence[float], new: Sequence[float], base_extra: Mapping[str, Any], policy: Policy
+) -> _Assessment:
+    b = np.asarray(base, dtype=float)
+    n = np.asarray(new, dtype=float)
+    mb, mn = float(np.median(b)), float(np.median(n)) if n.size else math.nan
+    ratio = mn / mb if mb > 0 else math.nan
+    if b.size and n.size:
+        p_slow = float(stats.mannwhitneyu(n, b, alternative="greater").pvalue)
+        p_fast = float(stats.mannwhitneyu(n, b, alternative="less").pvalue)
+    else:
+        p_slow = p_fast = 1.0
+    p_slow = 1.0 if math.isnan(p_slow) else p_slow
+    p_fast = 1.0 if math.isnan(p_fast) else p_fast
+    try:
+        noise = relative_noise(b, base_extra, policy)
+    except ValueError as e:
+        raise ValueError(f"benchmark {name!r}: {e}") from None
+    return _Assessment(mb, mn, ratio, p_slow, p_fast, noise, b.size, n.size)
+
+
+# --- extra_info interpretation ----------------------------------------------------------------
+
+
+def _invalid_reason(extra: Mapping[str, Any], side: str) -> str | None:
+    for key in INVALID_FLAGS:
+        v = extra.get(key)
+        if v:
+            detail = "" if v is True else f": {v}"
+            return f"{side} run {key.replace('_', ' ')}{detail}"
+    return None
+
+
+def _clock(extra: Mapping[str, Any]) -> str | None:
+    v = extra.get("sm_clock_mhz")
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return None
+        v = float(np.median(np.asarray(v, dtype=float)))
+    return f"{float(v):.0f}"
+
+
+def _throttle(extra: Mapping[str, Any]) -> str | None:
+    v = extra.get("throttle_reasons")
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v) if v else "none"
+    return str(v) or "none"
+
+
+def _kernel_change(base_extra: Mapping[str, Any], new_extra: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(added, removed) kernel names, or None when either side did not record kernels."""
+    kb, kn = base_extra.get("kernels"), new_extra.get("kernels")
+    if kb is None or kn is None:
+        return None
+    sb, sn = set(map(str, kb)), set(map(str, kn))
+    if sb == sn:
+        return None
+    return tuple(sorted(sn - sb)), tuple(sorted(sb - sn))
+
+
+# --- decisions --------------------------------------------------------------------------------
+
+
+def _decide(
+    name: str,
+    a: _Assessment,
+    p_adj_slow: float,
+    p_adj_fast: float,
+    family: int,
+    base_extra: Mapping[str, Any],
+    new_extra: Mapping[str, Any],
+    policy: Policy,
+) -> Verdict:
+    common: dict[str, Any] = dict(
+        name=name,
+        ratio=a.ratio,
+        p_value=a.p_slower,
+        p_adjusted=p_adj_slow,
+        base_median=a.base_median,
+        new_median=a.new_median,
+        noise=a.noise,
+        floor=policy.floor,
+        base_clock=_clock(base_extra),
+        new_clock=_clock(new_extra),
+        base_throttle=_throttle(base_extra),
+        new_throttle=_throttle(new_extra),
+        n_base=a.n_base,
+        n_new=a.n_new,
+    )
+    invalid = _invalid_reason(base_extra, "baseline") or _invalid_reason(new_extra, "current")
+    change = a.ratio - 1.0
+    improved = False
+    if invalid:
+        status, reason = Status.INVALID, f"{invalid}; timing not judged"
+    elif not math.isfinite(change):
+        status, reason = Status.INVALID, "baseline median is 0 or samples are empty; ratio undefined"
+    elif min(a.n_base, a.n_new) < policy.min_samples:
+        status = Status.AMBIGUOUS
+        reason = f"too few samples (baseline {a.n_base}, current {a.n_new}; need >= {policy.min_samples})"
+    else:
+        status, reason, improved = _timing_status(change, a, p_adj_slow, p_adj_fast, family, policy)
+
+    kinds = _kernel_change(base_extra, new_extra)
+    kind = TIMING
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    if kinds is not None:
+        added, removed = kinds
+        note = f"kernels changed (+{list(added)} -{list(removed)})"
+        reason = f"{reason}; {note}" if reason else note
+        if policy.dispatch == "fail":
+            status, kind = Status.FAIL, DISPATCH
+    return Verdict(
+        status=status,
+        kind=kind,
+        reason=reason,
+        improved=improved,
+        dispatch_changed=kinds is not None,
+        kernels_added=added,
+        kernels_removed=removed,
+        **common,
+    )
+
+
+def _timing_status(
+    change: float, a: _Assessment, p_slow: float, p_fast: float, family: int, policy: Policy
+) -> tuple[Status, str, bool]:
+    sig_slow, sig_fast = p_slow < policy.alpha, p_fast < policy.alpha
+    floor_pct, noise_pct = policy.floor * 100, a.noise * 100
+    if change >= policy.floor:
+        if sig_slow and change > a.noise:
+            return Status.FAIL, "slower beyond floor and noise", False
+        if not sig_slow:
+            why = f"slower beyond the {floor_pct:g}% floor but not significant (p_adj {format_p(p_slow)} >= α {policy.alpha:g})"
+            p_min = min_attainable_p(a.n_new, a.n_base)
+            if p_min * family >= policy.alpha:
+                why += (
+                    f"; with n={a.n_base}/{a.n_new} the smallest attainable p is {format_p(p_min)}"
+                    f" >= α/m = {format_p(policy.alpha / family)} (m={family}): take more samples"
+                )
+            return Status.AMBIGUOUS, why, False
+        return Status.AMBIGUOUS, f"slower beyond the floor but within the baseline's noise (±{noise_pct:.1f}%)", False
+    if change > 0 and sig_slow and change > a.noise:
+        return Status.AMBIGUOUS, f"significantly slower but under the {floor_pct:g}% floor", False
+    if -change >= policy.floor and sig_fast and -change > a.noise:
+        return Status.PASS, "improved", True
+    return Status.PASS, "", False
+
+
+def judge(
+    name: str,
+    base: BenchmarkRecord | None,
+    samples: Sequence[float],
+    extra_info: Mapping[str, Any] | None = None,
+    policy: Policy = Policy(),
+    m: int = 1,
+) -> Verdict:
+    """Decide one benchmark in isolation (pytest plugin, as each test runs).
+
+    Bonferroni at ``alpha / m`` with ``m`` = number of benchmarks in the baseline: conservative
+    before the other results are known; ``compare`` re-decides the whole set with Holm.
+    """
+    extra = dict(extra_info or {})
+    if base is None:
+        return _new_verdict(name, samples, extra)
+    a = _assess(name, base.samples, samples, base.extra_info, policy)
+    return _decide(
+        name, a, bonferroni(a.p_slower, m), bonferroni(a.p_faster, m), m, base.extra_info, extra, policy
+    )
+
+
+def _new_verdict(name: str, samples: Sequence[float], extra: Mapping[str, Any]) -> Verdict:
+    med = float(np.median(np.asarray(samples, dtype=float))) if len(samples) else None
+    return Verdict(
+        name=name,
+        status=Status.NEW,
+        new_median=med,
+        n_new=len(samples),
+        new_clock=_clock(extra),
+        new_throttle=_throttle(extra),
+        reason="not in the baseline",
+    )
+
+
+# --- whole-set comparison ---------------------------------------------------------------------
+
+_ORDER = {Status.FAIL: 0, Status.MISSING: 1, Status.AMBIGUOUS: 2, Status.INVALID: 3, Status.NEW: 4, Status.PASS: 5}
+
+
+@dataclass
+class CompareResult:
+    """All verdicts of one comparison, the policy used, and what changed in the fingerprint."""
+
+    verdicts: list[Verdict]
+    policy: Policy
+    changes: list[tuple[str, Any, Any]] = field(default_factory=list)
+    baseline_fingerprint: Fingerprint | None = None
+    current_fingerprint: Fingerprint | None = None
+
+    def by_status(self, status: Status) -> list[Verdict]:
+        return [v for v in self.verdicts if v.status is status]
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in Status}
+        for v in self.verdicts:
+            out[v.status.value] += 1
+        return out
+
+    def is_failure(self, v: Verdict) -> bool:
+        if v.status is Status.FAIL:
+            return True
+        if v.status is Status.MISSING:
+            return not self.policy.allow_missing
+        return v.status is Status.AMBIGUOUS and self.policy.fail_on_ambiguous
+
+    @property
+    def failures(self) -> list[Verdict]:
+        return [v for v in self.verdicts if self.is_failure(v)]
+
+    @property
+    def exit_code(self) -> int:
+        """0 = no regression, 1 = regression (FAIL, lost tactic, MISSING unless allowed)."""
+        return 1 if self.failures else 0
+
+    @property
+    def clean(self) -> bool:
+        return self.exit_code == 0
+
+    def sorted(self) -> list[Verdict]:
+        """FAIL first, then MISSING, AMBIGUOUS, INVALID, NEW, PASS; largest slowdown first."""
+        return sorted(self.verdicts, key=lambda v: (_ORDER[v.status], -(v.ratio or 0.0), v.name))
+
+    def suspects(self) -> list[str]:
+        """Timing benchmarks worth re-measuring before failing: FAIL, or slower beyond the floor
+        but unconfirmed (AMBIGUOUS) or throttled (INVALID). Lost tactics and MISSING are not
+        timing noise, so re-measuring would not change them."""
+        out = []
+        for v in self.verdicts:
+            if v.kind != TIMING or v.ratio is None:
+                continue
+            slow = v.ratio - 1.0 >= self.policy.floor
+            if v.status is Status.FAIL or (slow and v.status in (Status.AMBIGUOUS, Status.INVALID)):
+                out.append(v.name)
+        return out
+
+    def summary(self) -> dict[str, int]:
+        """Counts per status, for the ``verdicts`` field of a candidate's fp4bench section."""
+        return self.counts()
+
+
+def compare(
+    baseline: Baseline,
+    current: Mapping[str, tuple[Sequence[float], Mapping[str, Any] | None]],
+    availability_now: Mapping[str, str] | None = None,
+    policy: Policy = Policy(),
+    current_fingerprint: Fingerprint | None = None,
+) -> CompareResult:
+    """Judge every benchmark of ``current`` (``{fullname: (samples_s, extra_info)}``) against
+    ``baseline`` with Holm–Bonferroni over the compared set; plus availability regressions.
+
+    Raises ``IncompatibleBaseline`` when ``current_fingerprint`` is a different GPU model.
+    """
+    changes: list[tuple[str, Any, Any]] = []
+    if current_fingerprint is not None:
+        changes = check_compatible(baseline.fingerprint, current_fingerprint)
+
+    verdicts: dict[str, Verdict] = {}
+    judged: list[tuple[str, _Assessment, BenchmarkRecord, Mapping[str, Any]]] = []
+    for name, rec in baseline.benchmarks.items():
+        if name not in current:
+            verdicts[name] = Verdict(
+                name=name,
+                status=Status.MISSING,
+                base_median=rec.median,
+                n_base=len(rec.samples),
+                reason="in the baseline but not measured now (renamed, removed or skipped?)",
+            )
+            continue
+        samples, extra = current[name]
+        judged.append((name, _assess(name, rec.samples, samples, rec.extra_info, policy), rec, dict(extra or {})))
+    for name, (samples, extra) in current.items():
+        if name not in baseline.benchmarks:
+            verdicts[name] = _new_verdict(name, samples, dict(extra or {}))
+
+    # Holm family: benchmarks whose timing is actually tested (valid and with enough samples).
+    in_family = [
+        i
+        for i, (_, a, rec, extra) in enumerate(judged)
+        if min(a.n_base, a.n_new) >= policy.min_samples
+        and math.isfinite(a.ratio)
+        and not (_invalid_reason(rec.extra_info, "") or _invalid_reason(extra, ""))
+    ]
+    fam = len(in_family)
+    adj_slow = dict(zip(in_family, holm([judged[i][1].p_slower for i in in_family])))
+    adj_fast = dict(zip(in_family, holm([judged[i][1].p_faster for i in in_family])))
+    for i, (name, a, rec, extra) in enumerate(judged):
+        verdicts[name] = _decide(
+            name,
+            a,
+            adj_slow.get(i, bonferroni(a.p_slower, fam)),
+            adj_fast.get(i, bonferroni(a.p_faster, fam)),
+            max(fam, 1),
+            rec.extra_info,
+            extra,
+            policy,
+        )
+
+    ordered = [verdicts[n] for n in baseline.benchmarks] + [
+        verdicts[n] for n in current if n not in baseline.benchmarks
+    ]
+    if availability_now is not None:
+        ordered += availability_verdicts(baseline.availability, availability_now)
+    return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint)
+
+
+def availability_verdicts(before: Mapping[str, str], now: Mapping[str, str]) -> list[Verdict]:
+    """A tactic that worked in the baseline and is unsupported now is a FAIL ("lost tactic");
+    one that newly works is NEW ("new tactic"). Entries absent now are left to the MISSING
+    verdict of their benchmark (a narrower sweep is not a lost tactic)."""
+    out = []
+    for key in sorted(set(before) & set(now)):
+        was, is_ = is_ok(before[key]), is_ok(now[key])
+        if was and not is_:
+            out.append(Verdict(name=key, status=Status.FAIL, kind=LOST_TACTIC, reason=f"ok in the baseline, now {now[key]}"))
+        elif is_ and not was:
+            out.append(
+                Verdict(name=key, status=Status.NEW, kind=NEW_TACTIC, improved=True, reason=f"now ok (baseline: {before[key]})")
+            )
+    return out

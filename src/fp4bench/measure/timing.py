@@ -1,0 +1,238 @@
+"""GPU time per call, measured the way a kernel engineer trusts (measurement.md §2–§6).
+
+Default method: capture ``N`` back-to-back calls in one CUDA graph and time each replay with a
+CUDA event pair; one sample = replay time / N. That measures decode-size kernels of a few µs
+as kernel time, not launch latency (per-call events would report ~25 µs for a 7 µs GEMM).
+Fallbacks, always named in ``TimingResult.method``/``note``:
+
+* ``events``: N back-to-back launches between one event pair (a backend that cannot be
+  captured); launch gaps are included when the CPU launches slower than the GPU runs.
+* ``cpu``: ``perf_counter`` around N calls, for CPU-only backends; labelled as such.
+
+Cold L2 is done by *rotating input copies* (each callable in ``fns`` works on its own copy)
+so that back-to-back launches stay back-to-back; the caller decides how many copies.
+Sampling is adaptive: after ``min_samples`` it stops once the distribution-free 95 %
+confidence interval of the median is within ``target_rel_ci`` of the median, or when
+the time budget or ``max_samples`` is reached (``stopped_by`` says which).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+import torch
+
+Fn = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    mode: str = "graph"  # "graph" | "events" | "cpu"
+    calls_per_sample: int | None = None  # None: auto so one sample lasts ~target_sample_s
+    target_sample_s: float = 1e-3
+    max_calls_per_sample: int = 256
+    warmup_calls: int = 3
+    min_samples: int = 10
+    max_samples: int = 300
+    target_rel_ci: float | None = 0.005  # None: run to the budget / max_samples
+    time_budget_s: float = 2.0
+    #: test-only fault injection: extra GPU busy time per call as a fraction of the call's time,
+    #: launched inside the timed region (``torch.cuda._sleep``). Documented in docs/measurement.md.
+    inject_slowdown: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("graph", "events", "cpu"):
+            raise ValueError(f"timing mode must be graph, events or cpu, got {self.mode!r}")
+        if self.min_samples < 3 or self.max_samples < self.min_samples:
+            raise ValueError(f"need 3 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}")
+        if self.calls_per_sample is not None and self.calls_per_sample < 1:
+            raise ValueError(f"calls_per_sample must be >= 1, got {self.calls_per_sample}")
+        if self.inject_slowdown < 0:
+            raise ValueError(f"inject_slowdown must be >= 0, got {self.inject_slowdown}")
+
+
+@dataclass
+class TimingResult:
+    samples_s: list[float]  # seconds per call, one entry per sample
+    method: str
+    calls_per_sample: int
+    rotating_copies: int
+    stopped_by: str
+    rel_ci: float
+    note: str = ""
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.samples_s))
+
+    def to_extra_info(self) -> dict[str, Any]:
+        return {
+            "timer": self.method,
+            "calls_per_sample": self.calls_per_sample,
+            "rotating_copies": self.rotating_copies,
+            "stopped_by": self.stopped_by,
+            "rel_ci95": round(self.rel_ci, 6),
+            "timing_note": self.note,
+            **self.extra,
+        }
+
+
+def median_rel_ci(samples: Sequence[float], confidence: float = 0.95) -> float:
+    """Half-width of the order-statistic CI of the median, relative to the median.
+
+    Distribution-free (binomial order statistics), so skewed GPU timing tails do not fool it.
+    """
+    x = np.sort(np.asarray(samples, dtype=float))
+    n = len(x)
+    if n < 3:
+        return math.inf
+    lo = int(stats.binom.ppf((1 - confidence) / 2, n, 0.5))
+    hi = min(n - 1, n - 1 - lo)
+    med = float(np.median(x))
+    if med <= 0:
+        return math.inf
+    return max(med - x[lo], x[hi] - med) / med
+
+
+class _Sampler:
+    """Collects samples until the stop rule fires."""
+
+    def __init__(self, cfg: TimingConfig):
+        self.cfg, self.samples, self.t0 = cfg, [], time.perf_counter()
+
+    def done(self) -> str | None:
+        n = len(self.samples)
+        if n >= self.cfg.max_samples:
+            return "max_samples"
+        if n < self.cfg.min_samples:
+            return None
+        if self.cfg.target_rel_ci is not None and median_rel_ci(self.samples) <= self.cfg.target_rel_ci:
+            return "ci"
+        if time.perf_counter() - self.t0 >= self.cfg.time_budget_s:
+            return "budget"
+        return None
+
+
+def _calls_for(est_s: float, cfg: TimingConfig) -> int:
+    if cfg.calls_per_sample is not None:
+        return cfg.calls_per_sample
+    if est_s <= 0:
+        return cfg.max_calls_per_sample
+    return int(min(cfg.max_calls_per_sample, max(1, math.ceil(cfg.target_sample_s / est_s))))
+
+
+def _sleep_cycles(per_call_s: float, fraction: float, device: torch.device) -> int:
+    """Cycles for ``torch.cuda._sleep`` (a clock64 spin) worth ``fraction`` of one call."""
+    if fraction <= 0:
+        return 0
+    try:
+        mhz = float(torch.cuda.clock_rate(device))  # current SM clock via NVML
+    except Exception:
+        mhz = 0.0
+    mhz = mhz if mhz > 0 else 1980.0  # H200 boost clock; only scales the injected delay
+    return max(1, int(per_call_s * fraction * mhz * 1e6))
+
+
+def _estimate_gpu_call_s(fns: Sequence[Fn], stream: torch.cuda.Stream, reps: int = 20) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        start.record(stream)
+        for i in range(reps):
+            fns[i % len(fns)]()
+        end.record(stream)
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def time_cpu(fns: Sequence[Fn], cfg: TimingConfig) -> TimingResult:
+    """Plain wall-clock timing for CPU-only backends (labelled ``cpu``)."""
+    for i in range(cfg.warmup_calls):
+        fns[i % len(fns)]()
+    t = time.perf_counter()
+    fns[0]()
+    n = _calls_for(time.perf_counter() - t, cfg)
+    s = _Sampler(cfg)
+    while (why := s.done()) is None:
+        t0 = time.perf_counter()
+        for i in range(n):
+            fns[i % len(fns)]()
+        s.samples.append((time.perf_counter() - t0) / n)
+    return TimingResult(s.samples, "cpu perf_counter", n, len(fns), why, median_rel_ci(s.samples),
+                        note="CPU-only backend: wall clock, not GPU time", wall_s=time.perf_counter() - s.t0)
+
+
+def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> TimingResult:
+    """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events."""
+    if cfg.mode == "cpu":
+        return time_cpu(fns, cfg)
+    if not fns:
+        raise ValueError("time_gpu needs at least one callable")
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):  # warm-up off the default stream: JIT, autotune, allocator
+        for i in range(max(cfg.warmup_calls, len(fns))):
+            fns[i % len(fns)]()
+    torch.cuda.synchronize(device)
+    est = _estimate_gpu_call_s(fns, stream)
+    n = _calls_for(est, cfg)
+    sleep = _sleep_cycles(est, cfg.inject_slowdown, device)
+
+    def body() -> None:
+        for i in range(n):
+            fns[i % len(fns)]()
+            if sleep:
+                torch.cuda._sleep(sleep)
+
+    note = f"injected slowdown {cfg.inject_slowdown:.0%} (test-only hook)" if sleep else ""
+    graph = None
+    if cfg.mode == "graph":
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                body()
+            method = f"cuda-graph x{n}"
+        except Exception as exc:  # capture is a property of the backend, not a failure of it
+            graph = None
+            torch.cuda.synchronize(device)
+            note = (note + "; " if note else "") + f"graph capture failed ({type(exc).__name__}: {exc}); fell back to events"
+    if graph is None:
+        method = f"cuda-events x{n} back-to-back"
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s = _Sampler(cfg)
+    replay = graph.replay if graph is not None else body
+    with torch.cuda.stream(stream):
+        replay()  # one untimed replay: first replay uploads the graph
+        torch.cuda.synchronize(device)
+        while (why := s.done()) is None:
+            start.record(stream)
+            replay()
+            end.record(stream)
+            end.synchronize()
+            s.samples.append(start.elapsed_time(end) / 1e3 / n)
+    del graph
+    return TimingResult(s.samples, method, n, len(fns), why, median_rel_ci(s.samples), note=note,
+                        wall_s=time.perf_counter() - s.t0, extra={"estimate_s": est})
+
+
+def record_in_benchmark(benchmark: Any, result: TimingResult) -> None:
+    """Hand our GPU-time samples to pytest-benchmark so its stats, JSON and
+    ``--benchmark-compare-fail`` all operate on GPU seconds per call.
+
+    pytest-benchmark has no public API for externally timed samples; ``_make_stats`` +
+    ``update`` is the documented "sample injection" technique (measurement.md §3). We check
+    the internals exist so a pytest-benchmark upgrade fails loudly rather than silently.
+    """
+    make_stats = getattr(benchmark, "_make_stats", None)
+    if make_stats is None:
+        raise RuntimeError("this pytest-benchmark version has no BenchmarkFixture._make_stats; pin <5.4")
+    stats_obj = make_stats(1)
+    for s in result.samples_s:
+        stats_obj.update(s)

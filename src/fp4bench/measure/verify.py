@@ -1,0 +1,126 @@
+"""Correctness of one measured case, with the failure kinds named separately.
+
+Protocol (``check_case``): run the kernel twice into the same output buffer, first poisoned
+with NaN, then with a finite sentinel. An element still holding the poison of *both* runs was
+never written ("unwritten tiles"); a NaN/Inf that replaced the sentinel was produced by the
+kernel ("NaN/Inf"); an output that is exactly zero everywhere while the reference is not is the
+FlashInfer #2577/#3398 pattern ("all-zero output"); everything else is compared with a bound
+derived from the arithmetic ("mismatch").
+
+Tolerance (same decoded bytes on both sides, so quantization error cancels): a correct kernel
+differs from the fp32 reference only by (1) the order of fp32 accumulation, bounded by
+``K·u32·(|A|·|W|ᵀ)`` with ``u32 = 2^-24`` (the classic γ_K bound, Higham §3.1), and (2) rounding
+the result to bf16, at most half a bf16 ulp = ``2^-9·|ref|``; we allow one ulp (``2^-8``) so a
+reference value sitting on a rounding boundary cannot fail. Nothing here is tuned to make a
+backend pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+OK = "ok"
+ALL_ZERO = "all-zero output"
+UNWRITTEN = "unwritten tiles"
+NAN_INF = "NaN/Inf"
+MISMATCH = "mismatch"
+FAILURE_KINDS = (ALL_ZERO, UNWRITTEN, NAN_INF, MISMATCH)
+
+BF16_ULP_REL = 2.0 ** -8
+FP32_UNIT_ROUNDOFF = 2.0 ** -24
+SENTINEL = -12345.0  # exactly representable in bf16/fp16/fp32, never a plausible GEMM output here
+
+
+@dataclass
+class CheckResult:
+    kind: str
+    detail: str = ""
+    max_rel_err: float = math.nan  # max|out-ref| / max|ref|
+    worst_bound_ratio: float = math.nan  # max |out-ref| / bound (<= 1 passes)
+    sqnr_db: float = math.nan  # vs the same-bytes reference
+    e2e_cosine: float = math.nan  # vs the unquantized bf16 product (quantization loss, recorded)
+    e2e_sqnr_db: float = math.nan
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == OK
+
+    def to_extra_info(self) -> dict:
+        d = {"check": self.kind, "check_detail": self.detail}
+        for k in ("max_rel_err", "worst_bound_ratio", "sqnr_db", "e2e_cosine", "e2e_sqnr_db"):
+            v = getattr(self, k)
+            d[k] = None if math.isnan(v) else round(float(v), 6)
+        return d
+
+
+def gemm_error_bound(a: torch.Tensor, w: torch.Tensor, ref: torch.Tensor, k: int) -> torch.Tensor:
+    """Elementwise bound for one GEMM ``a @ w.T`` on decoded fp32 inputs (see module doc)."""
+    mag = a.abs() @ w.abs().t()
+    return BF16_ULP_REL * ref.abs() + k * FP32_UNIT_ROUNDOFF * mag + torch.finfo(torch.float32).tiny
+
+
+def sqnr_db(signal: torch.Tensor, approx: torch.Tensor) -> float:
+    s = signal.double()
+    noise = (s - approx.double()).norm()
+    if noise == 0:
+        return math.inf
+    return float(20 * torch.log10(s.norm() / noise))
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0))
+
+
+def _tile_summary(mask: torch.Tensor, tile: int = 128) -> str:
+    """Where the bad elements are, in 128-row tiles: the CUTLASS/PDL bugs are tile-shaped."""
+    rows = mask.reshape(mask.shape[0], -1).any(dim=1).nonzero().flatten()
+    if rows.numel() == 0:
+        return ""
+    tiles = sorted({int(r) // tile for r in rows.tolist()})
+    shown = ", ".join(str(t) for t in tiles[:8]) + (" ..." if len(tiles) > 8 else "")
+    return f"{int(mask.sum())} elements in {len(tiles)} row-tile(s) of {tile} [{shown}]"
+
+
+def classify(first: torch.Tensor, second: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor | float) -> CheckResult:
+    """Classify two outputs of the same call (NaN-poisoned, then sentinel-poisoned)."""
+    out = second.float()
+    unwritten = torch.isnan(first) & (second == SENTINEL)
+    if unwritten.any():
+        return CheckResult(UNWRITTEN, _tile_summary(unwritten))
+    bad = ~torch.isfinite(out)
+    if bad.any():
+        return CheckResult(NAN_INF, _tile_summary(bad))
+    ref_max = float(ref.abs().max()) if ref.numel() else 0.0
+    if ref_max > 0 and not bool(out.ne(0).any()):
+        return CheckResult(ALL_ZERO, f"all {out.numel()} outputs are 0 while max|ref| = {ref_max:.4g}")
+    err = (out - ref).abs()
+    bound_t = torch.as_tensor(bound, dtype=torch.float32, device=err.device)
+    ratio = float((err / bound_t).max()) if err.numel() else 0.0
+    res = CheckResult(OK, max_rel_err=float(err.max()) / ref_max if ref_max > 0 else float(err.max()),
+                      worst_bound_ratio=ratio, sqnr_db=sqnr_db(ref, out))
+    if ratio > 1.0:
+        over = err > bound_t
+        res.kind = MISMATCH
+        res.detail = (f"{int(over.sum())}/{out.numel()} elements beyond the bound (worst {ratio:.3g}x bound); "
+                      f"{_tile_summary(over)}")
+    return res
+
+
+def check_case(run: Callable[[], torch.Tensor], out: torch.Tensor, ref: torch.Tensor,
+               bound: torch.Tensor | float, unquantized: torch.Tensor | None = None) -> CheckResult:
+    """Poison, run, poison differently, run, classify; add the end-to-end numbers."""
+    out.fill_(float("nan"))
+    first = run().float().clone()
+    out.fill_(SENTINEL)
+    second = run()
+    if out.is_cuda:
+        torch.cuda.synchronize(out.device)
+    res = classify(first, second.float(), ref.float(), bound)
+    if unquantized is not None and res.kind in (OK, MISMATCH):
+        res.e2e_cosine = cosine(unquantized, second.float())
+        res.e2e_sqnr_db = sqnr_db(unquantized, second.float())
+    return res

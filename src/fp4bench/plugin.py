@@ -1,0 +1,386 @@
+"""pytest plugin: a thin layer over ``sweep`` (what to run), ``case`` (check + time),
+``gate`` (baseline + verdict) and ``report`` (tables).
+
+* Tests that take the ``fp4_case`` fixture are parametrized over backend × tactic × problem.
+* ``fp4_bench`` runs one case, hands its GPU-time samples to pytest-benchmark (so its stats,
+  JSON and ``--benchmark-compare-fail`` are GPU seconds per call) and, when a baseline is
+  active, fails the test with a one-glance message on a confirmed regression.
+* Bare ``--benchmark-compare`` means "the approved baseline for this GPU model"
+  (``baselines/<gpu>/approved.json``), never "the newest file".
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT_DEFAULT = "baselines"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("fp4bench", "fp4bench: FP4 GEMM regression suite")
+    g.addoption("--fp4-models", default="glm-5", help="comma-separated models (default glm-5)")
+    g.addoption("--fp4-batches", default=None, help="decode batch sizes (default 1,64,512 on GPU, 1,16 on CPU)")
+    g.addoption("--fp4-tp", default="1", help="tensor-parallel sizes (default 1)")
+    g.addoption("--fp4-routing", default="uniform", help="routings: uniform, zipf:<s> (comma-separated)")
+    g.addoption("--fp4-kinds", default="dense,grouped,moe", help="problem kinds to run")
+    g.addoption("--fp4-backends", default=None, help="comma-separated backend names (default: all)")
+    g.addoption("--fp4-full", action="store_true", help="every tactic and the dense M sweep 1..16384")
+    g.addoption("--fp4-plugin", action="append", default=[], help="import a module defining BACKENDS")
+    g.addoption("--fp4-device", default=None, help="torch device (default cuda:0 if present, else cpu)")
+    g.addoption("--fp4-l2", choices=("cold", "hot"), default="cold", help="L2 state while timing (default cold)")
+    g.addoption("--fp4-seed", type=int, default=0)
+    g.addoption("--fp4-time-budget", type=float, default=None, help="seconds of sampling per case")
+    g.addoption("--fp4-target-ci", type=float, default=0.005, help="stop at this relative 95%% CI of the median")
+    g.addoption("--fp4-min-samples", type=int, default=10)
+    g.addoption("--fp4-energy-window", type=float, default=0.0,
+                help="seconds of extra replay per case to measure joules per GEMM via NVML (0: off)")
+    g.addoption("--fp4-inject-slowdown", type=float, default=0.0,
+                help="TEST-ONLY: add this fraction of GPU busy time per call inside the timed graph")
+    g.addoption("--fp4-baselines", default=ROOT_DEFAULT, help="baseline root folder (default baselines/)")
+    g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against")
+    g.addoption("--fp4-save-baseline", nargs="?", const="auto", default=None,
+                help="write this run as a candidate baseline (default path baselines/<gpu>/candidates/<UTC>.json)")
+    g.addoption("--fp4-floor", type=float, default=5.0, help="regression effect-size floor in %% (default 5)")
+    g.addoption("--fp4-alpha", type=float, default=0.05, help="family-wise significance level")
+    g.addoption("--fp4-allow-missing", action="store_true", help="baseline benchmarks not run are not a failure")
+    g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
+
+
+@dataclass
+class Fp4Session:
+    """Per-run state: device, runner, the active baseline and what was seen."""
+
+    config: pytest.Config
+    device: Any = None
+    runner: Any = None
+    baseline: Any = None
+    baseline_path: Path | None = None
+    fingerprint: Any = None
+    fingerprint_changes: list = field(default_factory=list)
+    policy: Any = None
+    sweep: Any = None
+    availability: dict[str, str] = field(default_factory=dict)
+    measured: dict[str, tuple[list[float], dict]] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+    deselected: set[str] = field(default_factory=set)
+    collected: set[str] = field(default_factory=set)
+    failed_tests: int = 0
+    ready: bool = False
+
+    def setup(self) -> None:
+        """Lazy: only a session that collects fp4 cases touches torch.cuda and the baseline."""
+        if self.ready:
+            return
+        self.ready = True
+        import torch
+
+        from fp4bench.backends import registry
+        from fp4bench.case import CaseRunner
+        from fp4bench.env import collect_fingerprint
+        from fp4bench.gate.verdict import Policy
+        from fp4bench.measure import peaks
+        from fp4bench.measure.timing import TimingConfig
+
+        opt = self.config.getoption
+        for mod in opt("fp4_plugin"):
+            registry.load_plugin(mod)
+        dev = opt("fp4_device") or ("cuda:0" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(dev)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.fingerprint = collect_fingerprint(self.device)
+        budget = opt("fp4_time_budget")
+        if budget is None:
+            budget = 1.0 if self.device.type == "cuda" else 0.3
+        timing = TimingConfig(mode="graph" if self.device.type == "cuda" else "cpu",
+                              time_budget_s=budget, target_rel_ci=opt("fp4_target_ci"),
+                              min_samples=opt("fp4_min_samples"), max_samples=max(300, opt("fp4_min_samples")),
+                              inject_slowdown=opt("fp4_inject_slowdown"))
+        gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
+        self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
+                                 energy_window_s=opt("fp4_energy_window"), peaks=gpu_peaks)
+        self.policy = Policy(floor=opt("fp4_floor") / 100.0, alpha=opt("fp4_alpha"),
+                             allow_missing=opt("fp4_allow_missing"))
+
+    def sweep_options(self):
+        from fp4bench.sweep import SweepOptions
+        from fp4bench.workloads import parse_ints, parse_models, parse_tps
+
+        opt = self.config.getoption
+        models = parse_models(opt("fp4_models"))
+        batches = opt("fp4_batches") or ("1,64,512" if self.device.type == "cuda" else "1,16")
+        backends = opt("fp4_backends")
+        kinds = tuple(k.strip() for k in opt("fp4_kinds").split(",") if k.strip())
+        bad = [k for k in kinds if k not in ("dense", "grouped", "moe")]
+        if bad:
+            raise pytest.UsageError(f"--fp4-kinds: unknown kind(s) {bad}; use dense, grouped, moe")
+        if backends:
+            from fp4bench.backends.registry import get_backend
+
+            for b in backends.split(","):
+                get_backend(b.strip())  # raises ValueError naming the unknown backend
+        return SweepOptions(models=tuple(m.name for m in models), batches=parse_ints(batches, "batch"),
+                            tps=parse_tps(opt("fp4_tp"), models),
+                            routings=tuple(r.strip() for r in opt("fp4_routing").split(",") if r.strip()),
+                            kinds=kinds, backends=tuple(b.strip() for b in backends.split(",")) if backends else None,
+                            full=opt("fp4_full"), seed=opt("fp4_seed"))
+
+
+def _state(config: pytest.Config) -> Fp4Session:
+    return config.stash[_KEY]
+
+
+_KEY = pytest.StashKey[Fp4Session]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_KEY] = st = Fp4Session(config)
+    config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
+    compare = config.getoption("benchmark_compare", default=None)
+    explicit = config.getoption("fp4_baseline")
+    if compare is True or explicit:
+        _activate_baseline(st, explicit)
+    save = config.getoption("fp4_save_baseline")
+    if save:
+        _route_json(st, save)
+
+
+def _activate_baseline(st: Fp4Session, explicit: str | None) -> None:
+    """Resolve and validate the baseline before any test runs (wrong GPU = usage error)."""
+    from fp4bench.gate.baseline import BaselineError, check_compatible, load_baseline, select_baseline
+
+    st.setup()
+    try:
+        path = Path(explicit) if explicit else select_baseline(st.config.getoption("fp4_baselines"), st.fingerprint)
+        st.baseline = load_baseline(path)
+        st.fingerprint_changes = check_compatible(st.baseline.fingerprint, st.fingerprint)
+    except BaselineError as exc:
+        raise pytest.UsageError(f"fp4bench baseline: {exc}") from None
+    st.baseline_path = path
+    if st.config.getoption("benchmark_compare", default=None) is True:
+        # pytest-benchmark's own compare (and --benchmark-compare-fail) then reads the same file
+        st.config.option.benchmark_compare = str(path)
+
+
+def _route_json(st: Fp4Session, save: str) -> None:
+    """--fp4-save-baseline: pytest-benchmark writes its JSON (raw samples) where we say."""
+    from fp4bench.gate.baseline import candidate_path
+
+    st.setup()
+    path = Path(candidate_path(st.config.getoption("fp4_baselines"), st.fingerprint.gpu_slug)) \
+        if save == "auto" else Path(save)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    import pytest_benchmark
+
+    major_minor = tuple(int(x) for x in pytest_benchmark.__version__.split(".")[:2])
+    st.config.option.benchmark_json = path if major_minor >= (5, 3) else open(path, "wb")
+    st.config.stash[_JSON_PATH] = path
+
+
+_JSON_PATH = pytest.StashKey[Path]()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "fp4_case" not in metafunc.fixturenames:
+        return
+    st = _state(metafunc.config)
+    st.setup()
+    marker = metafunc.definition.get_closest_marker("fp4")
+    kind = marker.kwargs.get("kind") if marker else None
+    from fp4bench.backends.registry import all_backends
+    from fp4bench.sweep import cases_for
+
+    try:
+        st.sweep = opts = st.sweep_options()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if kind and kind not in opts.kinds:
+        specs = []
+    else:
+        specs = [c for c in cases_for(opts, all_backends(), st.device) if kind is None or c.problem.kind == kind]
+    metafunc.parametrize("fp4_case", specs, ids=[c.id for c in specs])
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    _state(config).collected.update(i.nodeid for i in items)
+
+
+def pytest_deselected(items: list) -> None:
+    if items:
+        _state(items[0].config).deselected.update(i.nodeid for i in items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    if outcome.get_result().failed:
+        _state(item.config).failed_tests += 1
+
+
+@pytest.fixture
+def fp4_session(request: pytest.FixtureRequest) -> Fp4Session:
+    st = _state(request.config)
+    st.setup()
+    return st
+
+
+@pytest.fixture
+def fp4_bench(request: pytest.FixtureRequest, benchmark, fp4_session: Fp4Session):
+    """Run the parametrized case: skip / fail / record, then gate against the baseline."""
+
+    def run(spec) -> Any:
+        return _run_case(request, benchmark, fp4_session, spec)
+
+    return run
+
+
+def _baseline_record(st: Fp4Session, fullname: str):
+    return st.baseline.benchmarks.get(fullname) if st.baseline is not None else None
+
+
+def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -> Any:
+    from fp4bench.backends.registry import get_backend
+    from fp4bench.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED
+    from fp4bench.gate.baseline import availability_key, availability_value, is_ok
+    from fp4bench.measure.timing import record_in_benchmark
+
+    fullname = benchmark.fullname if hasattr(benchmark, "fullname") else request.node.nodeid
+    base = _baseline_record(st, fullname)
+    backend = get_backend(spec.backend)
+    key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
+    if spec.skip_reason:
+        res_status, reason = SKIPPED, spec.skip_reason
+        res = None
+    else:
+        res = st.runner.run(backend, spec.problem, spec.tactic)
+        res_status, reason = res.status, res.reason
+    if res_status == SKIPPED:
+        if base is not None:
+            pytest.fail(f"MISSING NOW: measured in the baseline ({st.baseline_path}), skipped now: {reason}",
+                        pytrace=False)
+        pytest.skip(reason)
+    if res_status == UNSUPPORTED:
+        st.availability[key] = availability_value(False, reason)
+        was = st.baseline.availability.get(key) if st.baseline is not None else None
+        if was is not None and is_ok(was):
+            pytest.fail(f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: {reason}",
+                        pytrace=False)
+        pytest.skip(f"unsupported: {reason}")
+    st.availability[key] = availability_value(True)
+    benchmark.extra_info.update(res.extra_info)
+    benchmark.group = f"{spec.problem.kind} {spec.problem.origin.model} {spec.problem.origin.role}"
+    if res_status == FAILED:
+        pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {reason}", pytrace=False)
+    assert res_status == MEASURED
+    record_in_benchmark(benchmark, res.timing)
+    st.rows.append(_row(spec, res))
+    st.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))
+    if st.baseline is not None:
+        _gate(request, benchmark, st, spec, backend, base, fullname, res)
+    return res
+
+
+def _row(spec, res) -> dict:
+    """One line of the end-of-run table: size -> time, TFLOP/s, % of peak, notes."""
+    x = res.extra_info
+    p = spec.problem
+    size = f"M{p.m} N{p.n} K{p.k}" if p.kind == "dense" else (
+        f"{p.total_rows} rows/{p.active_experts} experts N{p.n} K{p.k}" if p.kind == "grouped"
+        else f"{p.num_tokens} tok x top{p.top_k} H{p.hidden} I{p.inter}")
+    notes = [x.get("timer", ""), x.get("l2", "")]
+    if x.get("throttled"):
+        notes.append("THROTTLED " + ",".join(x.get("throttle_reasons") or []))
+    if x.get("timing_note"):
+        notes.append(x["timing_note"])
+    return {"backend": spec.backend, "tactic": spec.tactic.label, "problem": f"{p.origin.model} b{p.origin.batch} {p.origin.role}",
+            "size": size, "median_s": res.timing.median_s, "tflops": x.get("tflops"),
+            "gbps": x["tbps"] * 1e3 if x.get("tbps") is not None else None, "pct_peak": x.get("pct_peak_compute"),
+            "pct_peak_bw": x.get("pct_peak_bandwidth"), "noise": x.get("rel_ci95"),
+            "sqnr_db": x.get("sqnr_db"), "notes": "; ".join(n for n in notes if n)}
+
+
+def _gate(request, benchmark, st: Fp4Session, spec, backend, base, fullname: str, res) -> None:
+    from fp4bench.gate.verdict import Status, judge
+
+    m = max(1, len(st.baseline.benchmarks))
+    v = judge(fullname, base, res.timing.samples_s, res.extra_info, st.policy, m)
+    if v.status is Status.FAIL and not st.config.getoption("fp4_no_confirm"):
+        # confirm a suspect with fresh samples before failing (measurement.md §11.5)
+        again = st.runner.run(backend, spec.problem, spec.tactic)
+        if again.timing is not None:
+            v2 = judge(fullname, base, again.timing.samples_s, again.extra_info, st.policy, m)
+            if v2.status is not Status.FAIL:
+                v = v2
+                st.measured[fullname] = (list(again.timing.samples_s), dict(again.extra_info))
+    benchmark.extra_info["verdict"] = str(v.status)
+    if v.status is Status.FAIL:
+        pytest.fail(v.message(), pytrace=False)
+
+
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
+    st = _state(config)
+    if not st.ready:
+        return
+    from fp4bench.gate.baseline import make_section
+
+    verdicts = None
+    if st.baseline is not None:
+        verdicts = _final_compare(st).summary()
+    output_json["fp4bench"] = make_section(st.fingerprint, st.availability,
+                                           st.sweep.to_dict() if st.sweep else None,
+                                           clean=st.failed_tests == 0, verdicts=verdicts)
+
+
+def _final_compare(st: Fp4Session):
+    from fp4bench.gate.verdict import compare
+
+    if getattr(st, "_result", None) is None:
+        current = dict(st.measured)
+        base = st.baseline
+        # baseline entries deselected with -k/-m are not "missing"
+        if st.deselected:
+            base = _without(base, st.deselected)
+        st._result = compare(base, current, st.availability, st.policy, st.fingerprint)
+    return st._result
+
+
+def _without(baseline, nodeids: set[str]):
+    import dataclasses
+
+    keep = {k: v for k, v in baseline.benchmarks.items() if k not in nodeids}
+    return dataclasses.replace(baseline, benchmarks=keep)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    st = _state(session.config)
+    if st.baseline is None or not st.ready:
+        return
+    result = _final_compare(st)
+    if result.exit_code != 0 and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    st = _state(config)
+    if not st.ready or (not st.rows and st.baseline is None):
+        return
+    from fp4bench.report import results_table, verdict_table
+
+    tr = terminalreporter
+    if st.rows:
+        tr.section("fp4bench results (GPU time per call)" if st.device.type == "cuda" else "fp4bench results (CPU)")
+        tr.write_line(results_table(st.rows))
+    if st.baseline is not None:
+        tr.section(f"fp4bench verdict vs {st.baseline_path}")
+        tr.write_line(verdict_table(_final_compare(st)))
+    path = config.stash.get(_JSON_PATH, None)
+    if path is not None:
+        tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")

@@ -1,0 +1,158 @@
+"""Plain-text, fixed-width tables for terminals and CI logs (no colour, no wide dependencies).
+
+``verdict_table`` explains a gate decision: what changed in the stack, then every benchmark with
+FAIL first, then MISSING / NEW listed explicitly (renames show up as one of each).
+``results_table`` prints a sweep (size -> time, TFLOP/s, % of peak, notes) from simple dict rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+from fp4bench.gate.verdict import CompareResult, Status, Verdict, format_p, format_seconds
+
+
+def _render(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        return "  ".join(out).rstrip()
+
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _fmt_value(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def describe_changes(changes: Sequence[tuple[str, Any, Any]]) -> str:
+    """``"driver 580.1 → 590.2; torch 2.9 → 2.10"`` or a sentence saying nothing changed."""
+    if not changes:
+        return "nothing (same software stack)"
+    return "; ".join(f"{k} {_fmt_value(old)} → {_fmt_value(new)}" for k, old, new in changes)
+
+
+def _verdict_label(v: Verdict) -> str:
+    label = v.status.value
+    if v.kind != "timing":
+        label += f" ({v.kind})"
+    elif v.improved:
+        label += " (improved)"
+    return label
+
+
+def _pct(v: Verdict) -> str:
+    return "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
+
+
+def verdict_table(result: CompareResult) -> str:
+    """The gate report: header with fingerprint changes, one row per verdict, missing/new lists."""
+    lines: list[str] = []
+    fp = result.baseline_fingerprint
+    if fp is not None:
+        lines.append(f"baseline GPU: {fp.model}")
+    lines.append(f"what changed: {describe_changes(result.changes)}")
+    p = result.policy
+    lines.append(
+        f"policy: floor {p.floor * 100:g}%, α {p.alpha:g} (Holm), noise k {p.noise_k:g}, "
+        f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
+        f"dispatch change {'fails' if p.dispatch == 'fail' else 'reported'}"
+    )
+    lines.append("")
+    header = ["verdict", "benchmark", "base", "now", "Δ", "p_adj", "noise", "notes"]
+    rows = []
+    for v in result.sorted():
+        notes = v.reason
+        if v.kind == "timing" and v.status is Status.INVALID and (v.base_throttle or v.new_throttle):
+            notes += f" [throttle {v.base_throttle or '?'}→{v.new_throttle or '?'}]"
+        rows.append(
+            [
+                _verdict_label(v),
+                v.name,
+                format_seconds(v.base_median),
+                format_seconds(v.new_median),
+                _pct(v),
+                format_p(v.p_adjusted),
+                "-" if v.noise is None else f"±{v.noise * 100:.1f}%",
+                notes,
+            ]
+        )
+    lines += _render(header, rows, [False, False, True, True, True, True, True, False])
+
+    for status, what in ((Status.MISSING, "in the baseline, not measured now"), (Status.NEW, "new, no baseline")):
+        items = result.by_status(status)
+        if items:
+            lines.append("")
+            lines.append(f"{status.value} ({len(items)}) — {what}:")
+            lines += [f"  {v.name}" + (f"  [{v.kind}]" if v.kind != "timing" else "") for v in items]
+    suspects = result.suspects()
+    if suspects:
+        lines.append("")
+        lines.append(f"suspects to re-measure ({len(suspects)}): " + ", ".join(suspects))
+    lines.append("")
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
+    outcome = "regression" if result.exit_code else "no regression"
+    lines.append(f"summary: {counts or 'nothing compared'} → {outcome} (exit {result.exit_code})")
+    return "\n".join(lines)
+
+
+# --- sweep results ----------------------------------------------------------------------------
+
+_Formatter = Callable[[Any], str]
+
+
+def _num(fmt: str) -> _Formatter:
+    return lambda v: format(float(v), fmt)
+
+
+#: known row keys -> (column title, formatter); other keys print as-is under their own name
+KNOWN_COLUMNS: dict[str, tuple[str, _Formatter]] = {
+    "time_s": ("time", format_seconds),
+    "median_s": ("median", format_seconds),
+    "min_s": ("min", format_seconds),
+    "tflops": ("TFLOP/s", _num(".1f")),
+    "gbps": ("GB/s", _num(".0f")),
+    "pct_peak": ("% peak", _num(".1f")),
+    "pct_peak_bw": ("% peak BW", _num(".1f")),
+    "noise": ("noise", lambda v: f"±{float(v) * 100:.1f}%"),
+}
+
+
+def _cell(key: str, v: Any) -> tuple[str, bool]:
+    """(text, right-aligned?) for one value."""
+    if v is None:
+        return "-", True
+    if key in KNOWN_COLUMNS:
+        return KNOWN_COLUMNS[key][1](v), True
+    if isinstance(v, bool):
+        return str(v), False
+    if isinstance(v, int):
+        return str(v), True
+    if isinstance(v, float):
+        return f"{v:.4g}", True
+    return str(v), False
+
+
+def results_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Fixed-width table of sweep rows, e.g. ``{"case": ..., "time_s": 2.3e-5, "tflops": 812.0,
+    "pct_peak": 41.0, "notes": "cold L2"}``. Columns: ``columns`` or the union of keys in order."""
+    if columns is None:
+        seen: dict[str, None] = {}
+        for r in rows:
+            for k in r:
+                seen.setdefault(k, None)
+        columns = list(seen)
+    if not columns:
+        return "(no results)"
+    header = [KNOWN_COLUMNS[c][0] if c in KNOWN_COLUMNS else c for c in columns]
+    body, right = [], [False] * len(columns)
+    for r in rows:
+        cells = []
+        for i, c in enumerate(columns):
+            text, is_right = _cell(c, r.get(c))
+            right[i] = right[i] or (is_right and r.get(c) is not None)
+            cells.append(text)
+        body.append(cells)
+    return "\n".join(_render(header, body, right))

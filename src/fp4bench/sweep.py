@@ -1,0 +1,116 @@
+"""Which cases a run measures: options -> (backend, problem, tactic) specs, problem-major.
+
+Problem-major order keeps the operand cache hot (one problem's quantized operands serve
+every backend and tactic before the next problem is drawn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fp4bench.backends.base import DEFAULT_TACTIC, Backend, Tactic
+from fp4bench.problems import GemmProblem, Origin, Problem
+from fp4bench.workloads import decode_problems, get_model
+
+# Dense M sweep of the full run: powers of two 1…16384 plus the 32…1536 band where
+# FlashInfer #3398 returned zeros on SM120 (backends.md §5).
+FULL_DENSE_M = sorted({2 ** i for i in range(15)} | {48, 96, 192, 384, 768, 1536})
+# Operands above this size are not drawn on a CPU-only machine (a GLM-5 grouped layer is ~13 GB).
+CPU_OPERAND_LIMIT_BYTES = 2 * 2 ** 30
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    models: tuple[str, ...] = ("glm-5",)
+    batches: tuple[int, ...] = (1, 64, 512)
+    tps: tuple[int, ...] = (1,)
+    routings: tuple[str, ...] = ("uniform",)
+    kinds: tuple[str, ...] = ("dense", "grouped", "moe")
+    backends: tuple[str, ...] | None = None  # None: all registered
+    full: bool = False  # every tactic, dense M sweep 1…16384
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    backend: str
+    problem: Problem
+    tactic: Tactic = field(default=DEFAULT_TACTIC)
+    skip_reason: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend}-{self.tactic.label}-{self.problem.id}"
+
+
+def operand_bytes(problem: Problem) -> int:
+    """bf16 originals + fp32 decoded copies drawn for the problem (what a CPU run must hold)."""
+    if problem.kind == "dense":
+        elems = problem.m * problem.k + problem.n * problem.k
+    elif problem.kind == "grouped":
+        elems = problem.total_rows * problem.k + problem.num_experts * problem.n * problem.k
+    else:
+        elems = problem.num_tokens * problem.hidden + 3 * problem.num_experts * problem.inter * problem.hidden
+    return elems * (2 + 4)
+
+
+def problems_for(opts: SweepOptions) -> list[Problem]:
+    out: list[Problem] = []
+    for model in opts.models:
+        for tp in opts.tps:
+            for routing in opts.routings:
+                for batch in opts.batches:
+                    out += [p for p in decode_problems(model, batch, tp, routing, opts.seed) if p.kind in opts.kinds]
+            if opts.full and "dense" in opts.kinds:
+                m = get_model(model)
+                (gn, gk), _ = m.gate_up_nk(tp), m.down_nk(tp)
+                for mm in FULL_DENSE_M:
+                    out.append(GemmProblem(mm, gn, gk, Origin(m.name, mm, tp, "dense-sweep", "gate_up")))
+    seen: dict[str, Problem] = {}
+    for p in out:
+        seen.setdefault(p.id, p)
+    return list(seen.values())
+
+
+def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device) -> list[CaseSpec]:
+    """Every case of the sweep; unavailable backends give one skipped case per problem."""
+    specs: list[CaseSpec] = []
+    chosen = [b for b in backends if opts.backends is None or b.name in opts.backends]
+    avail = {b.name: b.availability(device) for b in chosen}
+    for problem in problems_for(opts):
+        too_big = device.type == "cpu" and operand_bytes(problem) > CPU_OPERAND_LIMIT_BYTES
+        for b in chosen:
+            if problem.kind not in b.kinds:
+                continue
+            a = avail[b.name]
+            if not a.ok:
+                specs.append(CaseSpec(b.name, problem, skip_reason=f"{b.name}: {a.reason}"))
+                continue
+            if too_big:
+                gib = operand_bytes(problem) / 2 ** 30
+                specs.append(CaseSpec(b.name, problem, skip_reason=(
+                    f"{problem.kind} operands need {gib:.1f} GiB; not drawn on a CPU-only machine "
+                    f"(limit {CPU_OPERAND_LIMIT_BYTES / 2 ** 30:.0f} GiB)")))
+                continue
+            why = b.unsupported_reason(problem)
+            if why:
+                specs.append(CaseSpec(b.name, problem, skip_reason=f"{b.name}: {why}"))
+                continue
+            tactics = b.tactics(problem, device)
+            if not opts.full:
+                tactics = quick_tactics(tactics)
+            specs += [CaseSpec(b.name, problem, t) for t in tactics]
+    return specs
+
+
+def quick_tactics(tactics: list[Tactic]) -> list[Tactic]:
+    """Default run: the library's default tactic only (the full sweep runs all of them)."""
+    for t in tactics:
+        if t.value is None or t.label in ("default", "auto") or t.label.startswith("auto"):
+            return [t]
+    return tactics[:1]

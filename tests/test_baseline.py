@@ -1,0 +1,229 @@
+"""Baseline files: validation errors, per-GPU selection, candidates and approval."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _benchjson import B200, H200, bench_entry, bench_json, samples, write
+from fp4bench.gate.baseline import (
+    SCHEMA,
+    BaselineError,
+    IncompatibleBaseline,
+    approve,
+    approved_path,
+    availability_key,
+    availability_value,
+    available_models,
+    candidate_path,
+    check_compatible,
+    load_baseline,
+    make_section,
+    select_baseline,
+    write_baseline,
+)
+
+RNG = np.random.default_rng(0)
+
+
+def entries(n=3, med=20e-6):
+    return [bench_entry(f"bench/test_fp4.py::test_gemm[m{i}]", samples(RNG, med, 0.01, 8), {"kernels": ["k"]}) for i in range(n)]
+
+
+def test_load_round_trip(tmp_path):
+    avail = {availability_key("flashinfer-cutlass", "ds-v3-b64", "tile128"): "ok",
+             availability_key("sgl", "ds-v3-b64", "default"): availability_value(False, "needs sm100")}
+    p = write(tmp_path / "b.json", bench_json(entries(), availability=avail))
+    b = load_baseline(p)
+    assert b.fingerprint == H200 and b.clean is True
+    assert list(b.benchmarks) == [f"bench/test_fp4.py::test_gemm[m{i}]" for i in range(3)]
+    rec = b.benchmarks["bench/test_fp4.py::test_gemm[m1]"]
+    assert len(rec.samples) == 8 and rec.extra_info == {"kernels": ["k"]} and rec.name == "test_gemm[m1]"
+    assert "data" not in rec.stats and rec.stats["rounds"] == 8
+    assert rec.median == pytest.approx(float(np.median(rec.samples)))
+    assert b.availability["sgl|ds-v3-b64|default"] == "unsupported: needs sm100"
+    assert b.sweep == {"models": ["synthetic"]}
+    assert set(b.as_current()) == set(b.benchmarks)
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda d: d.pop("benchmarks"), "no 'benchmarks'"),
+        (lambda d: d.update(benchmarks=[]), "no 'benchmarks'"),
+        (lambda d: d["benchmarks"][1]["stats"].pop("data"), r"test_gemm\[m1\].*no raw samples.*--benchmark-json"),
+        (lambda d: d["benchmarks"][0]["stats"].update(data=[]), "raw samples are required"),
+        (lambda d: d["benchmarks"][0]["stats"].update(data=[1e-5, "x"]), "non-numeric"),
+        (lambda d: d["benchmarks"][0]["stats"].update(data=[1e-5, -1.0]), "invalid sample"),
+        (lambda d: d["benchmarks"].append(d["benchmarks"][0]), "appears twice"),
+        (lambda d: d.pop("fp4bench"), "no 'fp4bench' section"),
+        (lambda d: d["fp4bench"].update(schema=SCHEMA + 1), "newer than this fp4bench supports"),
+        (lambda d: d["fp4bench"].update(schema="1"), "must be an integer"),
+        (lambda d: d["fp4bench"].pop("fingerprint"), "no fingerprint"),
+        (lambda d: d["fp4bench"]["fingerprint"].pop("gpu_name"), "bad fingerprint.*gpu_name"),
+        (lambda d: d["fp4bench"].update(availability={"a|b|c": "yes"}), "must be 'ok' or 'unsupported"),
+        (lambda d: d["fp4bench"].update(clean="yes"), "clean"),
+    ],
+)
+def test_load_errors(tmp_path, mutate, match):
+    d = bench_json(entries())
+    mutate(d)
+    p = write(tmp_path / "bad.json", d)
+    with pytest.raises(BaselineError, match=match) as ei:
+        load_baseline(p)
+    assert str(p) in str(ei.value)
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(BaselineError, match="does not exist"):
+        load_baseline(tmp_path / "nope.json")
+    p = tmp_path / "corrupt.json"
+    p.write_text('{"benchmarks": [')
+    with pytest.raises(BaselineError, match="not valid JSON"):
+        load_baseline(p)
+    p.write_text("[1, 2]")
+    with pytest.raises(BaselineError, match="JSON object"):
+        load_baseline(p)
+    assert issubclass(BaselineError, ValueError)
+
+
+def test_real_pytest_benchmark_json_loads(tmp_path):
+    """Our parser reads what pytest-benchmark itself writes (plus the fp4bench section)."""
+    (tmp_path / "test_tiny.py").write_text(textwrap.dedent("""
+        import pytest
+        @pytest.mark.parametrize("n", [10, 20])
+        def test_sum(benchmark, n):
+            benchmark.extra_info["kernels"] = ["sum"]
+            benchmark.pedantic(sum, args=(range(n),), rounds=6, iterations=1)
+    """))
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "pytest_benchmark.plugin", "-p", "no:cacheprovider",
+         "test_tiny.py", f"--benchmark-json={out}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(out.read_text())
+    with pytest.raises(BaselineError, match="no 'fp4bench' section"):
+        write_baseline(data, tmp_path / "x.json")
+    data["fp4bench"] = make_section(H200, clean=True)
+    b = load_baseline(write_baseline(data, tmp_path / "real.json"))
+    assert set(b.benchmarks) == {"test_tiny.py::test_sum[10]", "test_tiny.py::test_sum[20]"}
+    assert all(len(r.samples) == 6 and r.extra_info == {"kernels": ["sum"]} for r in b.benchmarks.values())
+
+
+def test_write_baseline_validates_and_is_atomic(tmp_path):
+    d = bench_json(entries())
+    d["benchmarks"][0]["stats"].pop("data")
+    with pytest.raises(BaselineError, match="raw samples"):
+        write_baseline(d, tmp_path / "x" / "y.json")
+    assert not (tmp_path / "x" / "y.json").exists()
+    p = write_baseline(bench_json(entries()), tmp_path / "x" / "y.json")
+    assert load_baseline(p).fingerprint == H200
+    assert [f.name for f in p.parent.iterdir()] == ["y.json"]  # no temp files left
+
+
+def test_select_approved_not_newest(tmp_path):
+    root = tmp_path / "baselines"
+    approved = write_baseline(bench_json(entries(med=20e-6)), approved_path(root, "nvidia-h200"))
+    newer = candidate_path(root, "nvidia-h200", datetime(2030, 1, 1, tzinfo=timezone.utc))
+    write_baseline(bench_json(entries(med=40e-6)), newer)
+    os.utime(newer, (4e9, 4e9))  # newest by mtime and by name: still not selected
+    assert select_baseline(root, H200) == approved
+
+
+def test_select_without_approved_lists_models(tmp_path):
+    root = tmp_path / "baselines"
+    write_baseline(bench_json(entries(), fingerprint=B200), approved_path(root, "nvidia-b200"))
+    write_baseline(bench_json(entries()), candidate_path(root, "nvidia-h200"))  # only a candidate
+    with pytest.raises(BaselineError) as ei:
+        select_baseline(root, H200)
+    msg = str(ei.value)
+    assert "NVIDIA H200" in msg and "nvidia-h200/approved.json" in msg and "nvidia-b200" in msg
+    assert available_models(root) == ["nvidia-b200"]
+    with pytest.raises(BaselineError, match="none"):
+        select_baseline(tmp_path / "empty", H200)
+
+
+def test_candidate_path_is_unique_and_utc(tmp_path):
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    p1 = candidate_path(tmp_path, "nvidia-h200", when)
+    assert p1 == tmp_path / "nvidia-h200" / "candidates" / "20260304T050607Z.json"
+    write_baseline(bench_json(entries()), p1)
+    p2 = candidate_path(tmp_path, "nvidia-h200", when)
+    assert p2 != p1 and p2.name == "20260304T050607Z-1.json"
+
+
+def test_approve_refuses_dirty_and_unknown_candidates(tmp_path):
+    root = tmp_path / "baselines"
+    dirty = write_baseline(bench_json(entries(), clean=False, verdicts={"FAIL": 2, "PASS": 1}),
+                           candidate_path(root, "nvidia-h200"))
+    with pytest.raises(BaselineError, match="not clean.*FAIL"):
+        approve(dirty, root)
+    failed_verdicts = write_baseline(bench_json(entries(), clean=True, verdicts={"FAIL": 1}), tmp_path / "c2.json")
+    with pytest.raises(BaselineError, match="not clean"):
+        approve(failed_verdicts, root)
+    unknown = write_baseline(bench_json(entries(), clean=None), tmp_path / "c3.json")
+    with pytest.raises(BaselineError, match="does not record whether"):
+        approve(unknown, root)
+    assert not approved_path(root, "nvidia-h200").exists()
+    forced = approve(dirty, root, force=True)
+    section = json.loads(forced.approved.read_text())["fp4bench"]
+    assert section["approval"]["forced"] is True and forced.previous is None
+
+
+def test_approve_keeps_previous(tmp_path):
+    root = tmp_path / "baselines"
+    first = write_baseline(bench_json(entries(med=20e-6)), candidate_path(root, "nvidia-h200"))
+    a1 = approve(first, root, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    assert a1.approved == root / "nvidia-h200" / "approved.json" and a1.previous is None
+    second = write_baseline(bench_json(entries(med=30e-6)), tmp_path / "elsewhere" / "run.json")
+    a2 = approve(second, root, now=datetime(2026, 2, 1, tzinfo=timezone.utc))
+    assert a2.previous == root / "nvidia-h200" / "history" / "approved-20260201T000000Z.json"
+    old, new = load_baseline(a2.previous), load_baseline(a2.approved)
+    name = "bench/test_fp4.py::test_gemm[m0]"
+    assert old.benchmarks[name].median == pytest.approx(20e-6, rel=0.05)
+    assert new.benchmarks[name].median == pytest.approx(30e-6, rel=0.05)
+    assert new.raw["fp4bench"]["approval"]["from"] == str(second)
+    with pytest.raises(BaselineError, match="already the approved"):
+        approve(a2.approved, root)
+
+
+def test_approve_files_by_gpu_model(tmp_path):
+    root = tmp_path / "baselines"
+    cand = write_baseline(bench_json(entries(), fingerprint=B200), tmp_path / "b200.json")
+    assert approve(cand, root).approved == root / "nvidia-b200" / "approved.json"
+    assert select_baseline(root, B200) == root / "nvidia-b200" / "approved.json"
+
+
+def test_check_compatible():
+    from dataclasses import replace
+
+    newer = replace(H200, driver="590.2", cuda="13.1")
+    assert check_compatible(H200, newer) == [("driver", "580.1", "590.2"), ("cuda", "13.0", "13.1")]
+    assert check_compatible(H200, H200) == []
+    with pytest.raises(IncompatibleBaseline) as ei:
+        check_compatible(H200, B200)
+    assert "NVIDIA H200" in str(ei.value) and "NVIDIA B200" in str(ei.value)
+    assert "9.0" in str(ei.value) and "10.0" in str(ei.value)
+    with pytest.raises(IncompatibleBaseline, match="9.1"):
+        check_compatible(H200, replace(H200, compute_capability="9.1"))
+
+
+def test_availability_key_rejects_separator():
+    assert availability_key("a", "b", "c") == "a|b|c"
+    with pytest.raises(ValueError, match="tactic"):
+        availability_key("a", "b", "t|1")
+    with pytest.raises(ValueError, match="backend"):
+        availability_key("", "b", "c")
+    assert availability_value(True) == "ok"
+    assert availability_value(False, "smem") == "unsupported: smem"
