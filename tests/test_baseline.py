@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 import pytest

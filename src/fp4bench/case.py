@@ -24,7 +24,8 @@ from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_g
 from fp4bench.measure.verify import CheckResult, check_case, gemm_error_bound
 from fp4bench.operands import Operands, make_operands
 from fp4bench.problems import GemmProblem, MoEProblem, Problem
-from fp4bench.reference import decoded_activations, decoded_weights, reference_gemm, unquantized_gemm
+from fp4bench.reference import (decoded_activations, decoded_weights, expert_products, reference_gemm,
+                                unquantized_gemm)
 
 SKIPPED = "skipped"
 UNSUPPORTED = "unsupported"
@@ -105,13 +106,9 @@ class CaseRunner:
 
     @staticmethod
     def _grouped_bound(ops: Operands, ref: torch.Tensor) -> torch.Tensor:
-        a, w = decoded_activations(ops), decoded_weights(ops)
-        bound = torch.empty_like(ref)
-        offs = ops.offsets.tolist()
-        for e in range(ops.problem.num_experts):
-            lo, hi = offs[e], offs[e + 1]
-            if hi > lo:
-                bound[lo:hi] = gemm_error_bound(a[lo:hi], w[e], ref[lo:hi], ops.problem.k)
+        bound = torch.zeros_like(ref)
+        for lo, hi, a, w in expert_products(ops):
+            bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k)
         return bound
 
     # -- one case -----------------------------------------------------------------------

@@ -57,13 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("base", help="baseline file (e.g. baselines/<gpu>/approved.json)")
     ap.add_argument("new", help="current run's --benchmark-json file")
-    ap.add_argument("--floor", type=_percent, default=d.floor * 100, help="smallest slowdown that fails, in %% (default %(default)g)")
-    ap.add_argument("--alpha", type=_alpha, default=d.alpha, help="family-wise significance level (Holm) (default %(default)g)")
-    ap.add_argument("--noise-k", type=float, default=d.noise_k, help="multiple of the baseline's robust sigma counted as noise (default %(default)g)")
-    ap.add_argument("--min-samples", type=int, default=d.min_samples, help="fewer samples on either side => AMBIGUOUS (default %(default)d)")
-    ap.add_argument("--allow-missing", action="store_true", help="benchmarks absent from NEW do not fail the gate")
+    ap.add_argument("--floor", type=_percent, default=d.floor * 100,
+                    help="smallest slowdown that fails, in %% (default %(default)g)")
+    ap.add_argument("--alpha", type=_alpha, default=d.alpha,
+                    help="family-wise significance level, Holm-corrected (default %(default)g)")
+    ap.add_argument("--noise-k", type=float, default=d.noise_k,
+                    help="multiple of the baseline's robust sigma counted as noise (default %(default)g)")
+    ap.add_argument("--min-samples", type=int, default=d.min_samples,
+                    help="fewer samples on either side => AMBIGUOUS (default %(default)d)")
+    ap.add_argument("--allow-missing", action="store_true",
+                    help="benchmarks absent from NEW do not fail the gate")
     ap.add_argument("--fail-on-ambiguous", action="store_true", help="AMBIGUOUS verdicts fail the gate too")
-    ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch, help="kernel-set change: report it or fail (default %(default)s)")
+    ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch,
+                    help="kernel-set change: report it or fail (default %(default)s)")
     return ap
 
 

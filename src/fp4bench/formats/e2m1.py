@@ -63,10 +63,12 @@ def as_kernel_input(x: torch.Tensor) -> torch.Tensor:
 def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     """float32 ``max |x|`` over the last dim, keepdim; NaN/Inf propagate (the finite check).
 
-    ``max(amax, -amin)`` reads the data twice but allocates no full-size ``|x|`` temporary.
+    ``max(amax, -amin)`` reads the data twice but allocates no full-size ``|x|`` temporary; the
+    final ``abs`` turns the ``-0.0`` of an all-(-0.0) block into ``+0.0`` (else a -0 scale byte).
     """
-    return torch.maximum(blocks.amax(dim=-1, keepdim=True), blocks.amin(dim=-1, keepdim=True).neg()
-                         ).to(torch.float32)
+    hi = blocks.amax(dim=-1, keepdim=True)
+    lo = blocks.amin(dim=-1, keepdim=True)
+    return torch.maximum(hi, lo.neg_()).abs_().to(torch.float32)
 
 
 def e2m1_encode(x: torch.Tensor) -> torch.Tensor:

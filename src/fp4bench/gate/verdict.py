@@ -282,7 +282,9 @@ def _throttle(extra: Mapping[str, Any]) -> str | None:
     return str(v) or "none"
 
 
-def _kernel_change(base_extra: Mapping[str, Any], new_extra: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+def _kernel_change(
+    base_extra: Mapping[str, Any], new_extra: Mapping[str, Any]
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(added, removed) kernel names, or None when either side did not record kernels."""
     kb, kn = base_extra.get("kernels"), new_extra.get("kernels")
     if kb is None or kn is None:
@@ -366,7 +368,10 @@ def _timing_status(
         if sig_slow and change > a.noise:
             return Status.FAIL, "slower beyond floor and noise", False
         if not sig_slow:
-            why = f"slower beyond the {floor_pct:g}% floor but not significant (p_adj {format_p(p_slow)} >= α {policy.alpha:g})"
+            why = (
+                f"slower beyond the {floor_pct:g}% floor but not significant "
+                f"(p_adj {format_p(p_slow)} >= α {policy.alpha:g})"
+            )
             p_min = min_attainable_p(a.n_new, a.n_base)
             if p_min * family >= policy.alpha:
                 why += (
@@ -556,9 +561,9 @@ def availability_verdicts(before: Mapping[str, str], now: Mapping[str, str]) -> 
     for key in sorted(set(before) & set(now)):
         was, is_ = is_ok(before[key]), is_ok(now[key])
         if was and not is_:
-            out.append(Verdict(name=key, status=Status.FAIL, kind=LOST_TACTIC, reason=f"ok in the baseline, now {now[key]}"))
+            reason = f"ok in the baseline, now {now[key]}"
+            out.append(Verdict(name=key, status=Status.FAIL, kind=LOST_TACTIC, reason=reason))
         elif is_ and not was:
-            out.append(
-                Verdict(name=key, status=Status.NEW, kind=NEW_TACTIC, improved=True, reason=f"now ok (baseline: {before[key]})")
-            )
+            reason = f"now ok (baseline: {before[key]})"
+            out.append(Verdict(name=key, status=Status.NEW, kind=NEW_TACTIC, improved=True, reason=reason))
     return out

@@ -26,12 +26,15 @@ PEAK_FIELDS: tuple[str, ...] = ("fp4_tflops", "fp8_tflops", "bf16_tflops", "band
 #: operand format -> the peak that bounds it (MXFP4 and NVFP4 share the FP4 tensor-core rate)
 #: trust tags (models-and-hardware.md) plus [measured]; every source string carries one
 SOURCE_TAGS: tuple[str, ...] = ("[source]", "[secondary]", "[unverified]", "[estimate]", "[measured]")
-FORMAT_PEAK: dict[str, str] = {
+#: fp16 shares the bf16 tensor rate; fp32 (CUDA-core / TF32) has no entry in the table
+FORMAT_PEAK: dict[str, str | None] = {
     "nvfp4": "fp4_tflops",
     "mxfp4": "fp4_tflops",
     "fp4": "fp4_tflops",
     "fp8": "fp8_tflops",
     "bf16": "bf16_tflops",
+    "fp16": "bf16_tflops",
+    "fp32": None,
 }
 
 
@@ -82,7 +85,8 @@ class GpuPeaks:
         """Dense peak for operands in ``fmt`` (None: the GPU has no such tensor-core path)."""
         if fmt not in FORMAT_PEAK:
             raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(FORMAT_PEAK)}")
-        return getattr(self, FORMAT_PEAK[fmt])
+        f = FORMAT_PEAK[fmt]
+        return None if f is None else getattr(self, f)
 
     def ridge_point(self, fmt: str) -> float | None:
         """FLOP/byte where ``fmt`` GEMMs turn from bandwidth- to compute-bound."""

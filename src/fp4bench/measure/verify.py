@@ -10,9 +10,8 @@ derived from the arithmetic ("mismatch").
 Tolerance (same decoded bytes on both sides, so quantization error cancels): a correct kernel
 differs from the fp32 reference only by (1) the order of fp32 accumulation, bounded by
 ``K·u32·(|A|·|W|ᵀ)`` with ``u32 = 2^-24`` (the classic γ_K bound, Higham §3.1), and (2) rounding
-the result to bf16, at most half a bf16 ulp = ``2^-9·|ref|``; we allow one ulp (``2^-8``) so a
-reference value sitting on a rounding boundary cannot fail. Nothing here is tuned to make a
-backend pass.
+the result to bf16 (8 significant bits): at most the bf16 unit roundoff ``2^-8·|ref|``. Nothing
+here is tuned to make a backend pass.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ NAN_INF = "NaN/Inf"
 MISMATCH = "mismatch"
 FAILURE_KINDS = (ALL_ZERO, UNWRITTEN, NAN_INF, MISMATCH)
 
-BF16_ULP_REL = 2.0 ** -8
+BF16_UNIT_ROUNDOFF = 2.0 ** -8  # half an ulp, relative, worst case (8-bit significand)
 FP32_UNIT_ROUNDOFF = 2.0 ** -24
 SENTINEL = -12345.0  # exactly representable in bf16/fp16/fp32, never a plausible GEMM output here
 
@@ -60,7 +59,7 @@ class CheckResult:
 def gemm_error_bound(a: torch.Tensor, w: torch.Tensor, ref: torch.Tensor, k: int) -> torch.Tensor:
     """Elementwise bound for one GEMM ``a @ w.T`` on decoded fp32 inputs (see module doc)."""
     mag = a.abs() @ w.abs().t()
-    return BF16_ULP_REL * ref.abs() + k * FP32_UNIT_ROUNDOFF * mag + torch.finfo(torch.float32).tiny
+    return BF16_UNIT_ROUNDOFF * ref.abs() + k * FP32_UNIT_ROUNDOFF * mag + torch.finfo(torch.float32).tiny
 
 
 def sqnr_db(signal: torch.Tensor, approx: torch.Tensor) -> float:

@@ -30,7 +30,7 @@ MODELS = (
             "native_format": _FP4,
         },
         notes="TP16 gives I/TP = 96: down-GEMM K = 96, 6 NVFP4 scale columns swizzle-padded to 8.",
-        aliases=("qwen3-235b", "qwen3-235b-a22b-instruct-2507"),
+        aliases=("qwen3-235b",),
     ),
     MoEModel(
         name="qwen3-30b-a3b",

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# First call on the GPU machine: environment, FlashInfer import, backend availability,
+# timing fidelity, and a quick bench of the comparison rows. Results under $OUT.
+set -uo pipefail
+export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+python3 -c "import sys, torch, pytest_benchmark, scipy; print(sys.version.split()[0], torch.__version__, torch.version.cuda, 'pytest-benchmark', pytest_benchmark.__version__, 'scipy', scipy.__version__)"
+python3 -c "import pynvml; print('pynvml ok')" || echo "no pynvml"
+if [ -d .devbundle ]; then bash .devbundle/install.sh && export PYTHONPATH=/tmp/site:$PYTHONPATH; fi
+python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+python3 -m fp4bench env 2>&1 | tee "$OUT/env.txt"
+timeout 200 python3 scripts/timing_fidelity.py --budget 0.5 2>&1 | tee "$OUT/fidelity.log"
+timeout 240 python3 -m pytest bench -q -rs -p no:cacheprovider --fp4-batches 1,64 --fp4-kinds dense,grouped \
+  --fp4-time-budget 0.5 --benchmark-json "$OUT/smoke.json" 2>&1 | tail -60 | tee "$OUT/bench.log"
+python3 -c "import torch; x=torch.randn(256,256,device='cuda'); print('CUDA context healthy after all skips:', bool(torch.allclose(x@x, (x.double()@x.double()).float(), atol=1e-2, rtol=1e-3)))"

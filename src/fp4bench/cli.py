@@ -1,0 +1,114 @@
+"""``fp4bench`` command line: ``env``, ``compare``, ``baseline approve``, ``workload``.
+
+A thin layer: each subcommand calls the plain objects the pytest plugin uses too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+USAGE = """usage: fp4bench <command> [args]
+
+commands:
+  env                          GPU, software stack and every backend with its availability reason
+  compare BASE.json NEW.json   noise-aware regression verdict (exit 0 pass, 1 regression, 2 usage)
+  baseline approve FILE        make a candidate run the approved baseline of its GPU model
+  workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
+"""
+
+
+def _env(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(prog="fp4bench env")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--plugin", action="append", default=[], help="backend module to load (like --fp4-plugin)")
+    args = ap.parse_args(argv)
+    import torch
+
+    from fp4bench.backends.registry import all_backends, load_plugin
+    from fp4bench.env import collect_fingerprint
+
+    for mod in args.plugin:
+        load_plugin(mod)
+    dev = torch.device(args.device or ("cuda:0" if torch.cuda.is_available() else "cpu"))
+    fp = collect_fingerprint(dev)
+    print("fingerprint:")
+    for k, v in fp.to_dict().items():
+        print(f"  {k:<20} {v}")
+    print("\nbackends:")
+    for b in all_backends():
+        try:
+            a = b.availability(dev)
+            state, reason, ver = ("available" if a.ok else "skipped"), a.reason, a.version
+        except Exception as exc:  # availability must not raise; if it does, say so, keep listing
+            state, reason, ver = "error", f"availability() raised {type(exc).__name__}: {exc}", None
+        kinds = ",".join(sorted(b.kinds))
+        print(f"  {b.name:<24} {state:<9} [{kinds}] {ver or '-'}: {reason}")
+    return 0
+
+
+def _baseline(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(prog="fp4bench baseline")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("approve", help="copy a candidate to baselines/<gpu>/approved.json")
+    a.add_argument("candidate")
+    a.add_argument("--root", default="baselines")
+    a.add_argument("--force", action="store_true", help="approve even a run with failures/regressions")
+    args = ap.parse_args(argv)
+    from fp4bench.gate.baseline import BaselineError, approve
+
+    try:
+        res = approve(args.candidate, args.root, force=args.force)
+    except BaselineError as exc:
+        print(f"fp4bench baseline approve: {exc}", file=sys.stderr)
+        return 2
+    print(f"approved: {res.approved}" + (f" (previous kept at {res.previous})" if res.previous else ""))
+    return 0
+
+
+def _workload(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(prog="fp4bench workload")
+    ap.add_argument("--model", default="glm-5")
+    ap.add_argument("--batch", default="512,1024")
+    ap.add_argument("--tp", type=int, default=1)
+    args = ap.parse_args(argv)
+    from fp4bench.workloads import (arithmetic_intensity, expected_active_experts, get_model,
+                                    mean_tokens_per_expert, parse_ints)
+
+    try:
+        m = get_model(args.model)
+        batches = parse_ints(args.batch, "batch")
+        m.check_tp(args.tp)
+    except ValueError as exc:
+        print(f"fp4bench workload: {exc}", file=sys.stderr)
+        return 2
+    (gn, gk), (dn, dk) = m.gate_up_nk(args.tp), m.down_nk(args.tp)
+    print(f"{m.name}: H={m.hidden} I={m.moe_intermediate} E={m.num_experts} top_k={m.top_k} TP={args.tp}")
+    print(f"{'batch':>6} {'tokens/expert':>14} {'active experts':>15} {'gate_up FLOP/B':>15} {'down FLOP/B':>12}")
+    for b in batches:
+        t = mean_tokens_per_expert(m, b)
+        act = expected_active_experts(m.num_experts, m.top_k, b)
+        print(f"{b:>6} {t:>14.2f} {act:>15.1f} {arithmetic_intensity(t, gn, gk):>15.2f} "
+              f"{arithmetic_intensity(t, dn, dk):>12.2f}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "env":
+        return _env(rest)
+    if cmd == "compare":
+        from fp4bench.cli_compare import compare_main
+
+        return compare_main(rest)
+    if cmd == "baseline":
+        return _baseline(rest)
+    if cmd == "workload":
+        return _workload(rest)
+    print(f"fp4bench: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+    return 2

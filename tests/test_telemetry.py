@@ -1,0 +1,402 @@
+"""CPU tests of the NVML telemetry layer, against a scripted fake pynvml."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from fp4bench.measure import telemetry as tm
+from fp4bench.measure.telemetry import Telemetry, TelemetrySampler, decode_reasons, static_info
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def _field(value: int | None, field_id: int) -> types.SimpleNamespace:
+    """A c_nvmlFieldValue_t look-alike: valueType 3 = unsigned long long; nvmlReturn 3 = not supported."""
+    return types.SimpleNamespace(
+        fieldId=field_id,
+        nvmlReturn=0 if value is not None else 3,
+        valueType=3,
+        value=types.SimpleNamespace(ullVal=value if value is not None else 0),
+    )
+
+
+class FakeNVML:
+    """Implements the pynvml functions the sampler uses, with scripted values.
+
+    Records the thread of every call so tests can check the timed thread never calls NVML.
+    ``energy`` and ``throttle`` are sequences consumed one per snapshot (start, end).
+    """
+
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = 74
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = 76
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 271
+
+    def __init__(self, *, reasons=(0x1,), energy=(1_000_000, 1_000_000), throttle=None, power=(650_000,),
+                 sm=(1980,), temp_v=True):
+        self.reasons_it = itertools.cycle(reasons)
+        self.power_it = itertools.cycle(power)
+        self.sm_it = itertools.cycle(sm)
+        self.energy_it = iter(energy)
+        # field id -> (start, end) values; None = unsupported field
+        self.throttle = throttle or {74: (0, 0), 76: (0, 0), 269: (0, 0), 270: (0, 0), 271: (0, 0)}
+        self.snap = 0
+        self.threads: set[int] = set()
+        self.calls: list[str] = []
+        self.inits = 0
+        if not temp_v:
+            self.nvmlDeviceGetTemperatureV = None  # type: ignore[assignment]
+
+    def _rec(self, name: str) -> None:
+        self.threads.add(threading.get_ident())
+        self.calls.append(name)
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        self._rec("handle")
+        if i != 0:
+            raise FakeNVMLError("Invalid Argument")
+        return "h0"
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._rec("power")
+        return next(self.power_it)
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        self._rec("clock")
+        return next(self.sm_it) if kind == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetTemperatureV(self, h, sensor):
+        self._rec("tempV")
+        return 61
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        self._rec("temp")
+        return 59
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self._rec("reasons")
+        return next(self.reasons_it)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        self._rec("energy")
+        return next(self.energy_it)
+
+    def nvmlDeviceGetFieldValues(self, h, ids):
+        self._rec("fields")
+        idx = min(self.snap, 1)
+        self.snap += 1
+        return [_field(self.throttle[i][idx] if self.throttle.get(i) is not None else None, i) for i in ids]
+
+    # static info
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return 700_000
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return 1980 if kind == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return 1
+
+    def nvmlDeviceGetEccMode(self, h):
+        return [1, 1]
+
+    def nvmlDeviceGetMigMode(self, h):
+        raise FakeNVMLError("Not Supported")
+
+    def nvmlDeviceGetVbiosVersion(self, h):
+        return "96.00.AF.00.01"
+
+    def nvmlDeviceGetName(self, h):
+        return "NVIDIA H200"
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.159.03"
+
+
+def _sample(fake: FakeNVML, seconds: float = 0.03, **kw) -> tuple[TelemetrySampler, Telemetry]:
+    with TelemetrySampler(0, period_s=0.002, nvml=fake, **kw) as s:
+        time.sleep(seconds)
+    assert s.result is not None
+    return s, s.result
+
+
+# --- reasons ----------------------------------------------------------------------------------
+
+
+def test_decode_reasons_names_each_bit():
+    assert decode_reasons(0) == []
+    assert decode_reasons(0x1) == ["GpuIdle"]
+    assert decode_reasons(0x4 | 0x1) == ["GpuIdle", "SwPowerCap"]
+    every = sum(1 << i for i in range(9))  # 0x1..0x100, the documented set
+    assert decode_reasons(every) == [
+        "GpuIdle", "AppClocks", "SwPowerCap", "HwSlowdown", "SyncBoost",
+        "SwThermal", "HwThermal", "HwPowerBrake", "DisplayClock",
+    ]
+    assert decode_reasons(0x1000) == ["Unknown0x1000"]
+    with pytest.raises(ValueError, match="mask"):
+        decode_reasons(-1)
+
+
+@pytest.mark.parametrize(
+    ("mask", "expected"),
+    [
+        (0x1, False),  # idle between kernels is not throttling
+        (0x2, False),  # operator-set application clocks are not throttling
+        (0x3, False),
+        (0x4, True),  # SwPowerCap
+        (0x5, True),
+        (0x20, True),  # SwThermal
+        (0x80, True),  # HwPowerBrake
+        (0x1000, True),  # unknown limiter: flag it rather than hide it
+        (0x0, False),
+    ],
+)
+def test_throttled_from_reasons(mask, expected):
+    tel = Telemetry(samples=3, reasons_mask=mask, throttle_ns={"sw_power_cap": 0})
+    assert tel.throttled is expected
+
+
+def test_throttled_from_counter_delta_even_when_polls_missed_it():
+    # Polls only ever saw GpuIdle (instantaneous), but the cumulative counter advanced.
+    tel = Telemetry(samples=3, reasons_mask=0x1, throttle_ns={"sw_power_cap": 0, "sw_thermal": 1_500})
+    assert tel.throttled is True
+
+
+def test_throttled_unknown_without_any_data():
+    assert Telemetry().throttled is None
+    assert Telemetry(throttle_ns={"sw_power_cap": None}).throttled is None
+
+
+# --- energy -----------------------------------------------------------------------------------
+
+
+def test_joules_per_call_and_min_window():
+    long = Telemetry(energy_j=250.0, window_s=2.0, min_energy_window_s=1.0)
+    assert long.joules_per_call(1000) == pytest.approx(0.25)
+    short = Telemetry(energy_j=250.0, window_s=0.5, min_energy_window_s=1.0)
+    assert not short.energy_window_ok
+    assert short.joules_per_call(1000) is None
+    assert Telemetry(energy_j=None, window_s=5.0).joules_per_call(10) is None
+    for bad in (0, -3, 1.5, True):
+        with pytest.raises(ValueError, match="n_calls"):
+            long.joules_per_call(bad)
+
+
+def test_sampler_energy_delta_and_per_call():
+    fake = FakeNVML(energy=(1_000_000, 1_250_500))  # mJ -> 250.5 J
+    _, tel = _sample(fake, min_energy_window_s=0.0)
+    assert tel.energy_j == pytest.approx(250.5)
+    assert tel.joules_per_call(501) == pytest.approx(0.5)
+    # Same counters, default 1 s minimum window: a 30 ms window is too short to trust.
+    _, tel = _sample(FakeNVML(energy=(1_000_000, 1_250_500)))
+    assert tel.energy_j == pytest.approx(250.5)
+    assert tel.window_s is not None and tel.window_s < 1.0
+    assert tel.joules_per_call(501) is None
+
+
+def test_energy_counter_reset_gives_none():
+    _, tel = _sample(FakeNVML(energy=(5_000, 1_000)), min_energy_window_s=0.0)
+    assert tel.energy_j is None
+
+
+# --- sampler ----------------------------------------------------------------------------------
+
+
+def test_sampler_collects_on_background_thread_only():
+    fake = FakeNVML(power=(600_000, 700_000), sm=(1980, 1470, 1755), reasons=(0x1, 0x4))
+    sampler, tel = _sample(fake, seconds=0.05)
+    assert sampler._thread is not None and not sampler._thread.is_alive()
+    assert tel.samples >= 2
+    assert tel.error is None
+    # The timed (main) thread never called NVML: every call came from the sampler thread.
+    assert threading.get_ident() not in fake.threads
+    assert len(fake.threads) == 1
+    # Snapshots bracket the polls: energy/fields first and last.
+    assert fake.calls[1:3] == ["energy", "fields"] and fake.calls[-2:] == ["energy", "fields"]
+    assert tel.power_max_w == pytest.approx(700.0)
+    assert 600.0 <= tel.power_mean_w <= 700.0
+    assert tel.sm_clock_min_mhz >= 1470 and tel.sm_clock_max_mhz <= 1980
+    assert tel.sm_clock_min_mhz <= tel.sm_clock_median_mhz <= tel.sm_clock_max_mhz
+    assert tel.mem_clock_median_mhz == 3201
+    assert tel.temp_max_c == 61  # TemperatureV preferred
+    assert tel.reasons == ["GpuIdle", "SwPowerCap"]
+    assert tel.throttled is True
+    assert 0.0 < tel.throttle_sample_fraction < 1.0
+
+
+def test_sampler_only_idle_is_not_throttled():
+    _, tel = _sample(FakeNVML(reasons=(0x1,)))
+    assert tel.reasons == ["GpuIdle"]
+    assert tel.throttle_ns == {k: 0 for k in tm.THROTTLE_FIELDS}
+    assert tel.throttled is False
+    assert tel.throttle_sample_fraction == 0.0
+
+
+def test_sampler_counter_delta_marks_throttled():
+    throttle = {74: (10_000, 2_010_000), 76: (0, 0), 269: None, 270: (5, 5), 271: (0, 0)}
+    _, tel = _sample(FakeNVML(reasons=(0x1,), throttle=throttle))
+    assert tel.throttle_ns["sw_power_cap"] == 2_000_000
+    assert tel.throttle_ns["sw_thermal"] is None  # unsupported field stays None, not 0
+    assert tel.throttle_ns["hw_thermal"] == 0
+    assert tel.throttled is True
+
+
+def test_temperature_falls_back_to_deprecated_api():
+    _, tel = _sample(FakeNVML(temp_v=False))
+    assert tel.temp_max_c == 59
+
+
+def test_unsupported_queries_are_none_not_errors():
+    fake = FakeNVML()
+
+    def boom(*_):
+        raise FakeNVMLError("Not Supported")
+
+    fake.nvmlDeviceGetPowerUsage = boom
+    fake.nvmlDeviceGetCurrentClocksEventReasons = boom
+    fake.nvmlDeviceGetFieldValues = boom
+    _, tel = _sample(fake)
+    assert tel.samples >= 1
+    assert tel.power_mean_w is None and tel.reasons_mask is None
+    assert all(v is None for v in tel.throttle_ns.values())
+    assert tel.throttled is None
+    assert tel.sm_clock_median_mhz == 1980
+
+
+def test_bad_device_index_is_reported_not_raised():
+    _, tel = _sample(FakeNVML(), seconds=0.0)
+    assert tel.error is None
+    with TelemetrySampler(3, nvml=FakeNVML()) as s:
+        pass
+    assert s.result.samples == 0 and "no device 3" in s.result.error
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="device_index"):
+        TelemetrySampler(-1)
+    with pytest.raises(ValueError, match="period_s"):
+        TelemetrySampler(0, period_s=0)
+    with pytest.raises(ValueError, match="min_energy_window_s"):
+        TelemetrySampler(0, min_energy_window_s=-1)
+    s = TelemetrySampler(0, nvml=FakeNVML())
+    with s:
+        pass
+    with pytest.raises(RuntimeError, match="single-use"):
+        with s:
+            pass
+
+
+def test_body_exception_propagates_and_thread_stops():
+    s = TelemetrySampler(0, period_s=0.002, nvml=FakeNVML())
+    with pytest.raises(KeyError):
+        with s:
+            raise KeyError("benchmark failed")
+    assert not s._thread.is_alive() and s.result is not None
+
+
+def test_extra_info_is_flat_json():
+    fake = FakeNVML(reasons=(0x5,), energy=(0, 3_000_000),
+                    throttle={74: (0, 7), 76: (0, 0), 269: (0, 0), 270: (0, 0), 271: None})
+    _, tel = _sample(fake, min_energy_window_s=0.0)
+    info = tel.to_extra_info(n_calls=1000)
+    round_trip = json.loads(json.dumps(info))
+    assert round_trip == info
+    for key in ("power_w", "sm_clock_mhz", "sm_clock_min_mhz", "temp_c", "throttle_reasons", "throttled",
+                "energy_j", "joules_per_gemm", "telemetry_window_s", "telemetry_samples"):
+        assert key in info
+    assert all(not isinstance(v, dict) for v in info.values())
+    assert info["throttle_reasons"] == ["GpuIdle", "SwPowerCap"]
+    assert info["throttled"] is True
+    assert info["joules_per_gemm"] == pytest.approx(3000.0 / 1000)  # 3e6 mJ over 1000 calls
+    assert info["throttle_ns_sw_power_cap"] == 7 and info["throttle_ns_hw_power_brake"] is None
+
+
+# --- missing NVML / process-wide init ---------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_nvml_state(monkeypatch):
+    monkeypatch.setattr(tm, "_NVML_STATE", None)
+    return monkeypatch
+
+
+def test_missing_pynvml_gives_all_none(fresh_nvml_state):
+    fresh_nvml_state.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+    with TelemetrySampler(0, period_s=0.002) as s:
+        time.sleep(0.01)
+    tel = s.result
+    assert tel.samples == 0 and tel.throttled is None and tel.energy_j is None
+    assert "pynvml" in tel.error
+    info = tel.to_extra_info(10)
+    json.dumps(info)
+    assert info["power_w"] is None and info["joules_per_gemm"] is None
+    st = static_info(0)
+    assert "pynvml" in st["nvml_error"]
+    assert all(v is None for k, v in st.items() if k != "nvml_error")
+
+
+def test_nvml_init_failure_and_init_once(fresh_nvml_state):
+    failing = types.ModuleType("pynvml")
+
+    def bad_init():
+        raise FakeNVMLError("Driver Not Loaded")
+
+    failing.nvmlInit = bad_init
+    fresh_nvml_state.setitem(sys.modules, "pynvml", failing)
+    lib, reason = tm.load_nvml()
+    assert lib is None and "Driver Not Loaded" in reason
+
+    fresh_nvml_state.setattr(tm, "_NVML_STATE", None)
+    fake = FakeNVML()
+    fresh_nvml_state.setitem(sys.modules, "pynvml", fake)
+    for _ in range(3):
+        with TelemetrySampler(0, period_s=0.002):
+            pass
+    assert tm.load_nvml()[0] is fake
+    assert fake.inits == 1
+
+
+def test_static_info_guards_each_query():
+    info = static_info(0, nvml=FakeNVML())
+    assert info == {
+        "gpu_name": "NVIDIA H200",
+        "power_limit_w": 700.0,
+        "max_sm_clock_mhz": 1980,
+        "max_mem_clock_mhz": 3201,
+        "persistence_mode": True,
+        "ecc_enabled": True,
+        "mig_enabled": None,  # the fake refuses the MIG query
+        "vbios_version": "96.00.AF.00.01",
+        "driver_version": "580.159.03",
+    }
+    missing = static_info(5, nvml=FakeNVML())
+    assert "no device 5" in missing["nvml_error"] and missing["driver_version"] == "580.159.03"
+    with pytest.raises(ValueError, match="device_index"):
+        static_info(-2)
+
+
+def test_field_ids_follow_installed_pynvml():
+    # The installed nvidia-ml-py's own constants are used when present (ids moved between releases).
+    pynvml = pytest.importorskip("pynvml")
+    ids = tm.field_ids(pynvml)
+    assert ids["sw_power_cap"] == pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP
+    assert ids["hw_power_brake"] == pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
+    old = types.SimpleNamespace(NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN=251)
+    assert tm.field_ids(old) == {"sw_power_cap": 74, "sync_boost": 76, "sw_thermal": 251, "hw_thermal": 270,
+                                 "hw_power_brake": 271}
