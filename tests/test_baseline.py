@@ -34,7 +34,10 @@ RNG = np.random.default_rng(0)
 
 
 def entries(n=3, med=20e-6):
-    return [bench_entry(f"bench/test_fp4.py::test_gemm[m{i}]", samples(RNG, med, 0.01, 8), {"kernels": ["k"]}) for i in range(n)]
+    return [
+        bench_entry(f"bench/test_fp4.py::test_gemm[m{i}]", samples(RNG, med, 0.01, 8), {"kernels": ["k"]})
+        for i in range(n)
+    ]
 
 
 def test_load_round_trip(tmp_path):

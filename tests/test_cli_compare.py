@@ -74,7 +74,8 @@ def test_exit_2_bad_files(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "extra",
-    [["--alpha", "0"], ["--alpha", "x"], ["--floor", "-1"], ["--min-samples", "1"], ["--dispatch", "ignore"], ["--bogus"]],
+    [["--alpha", "0"], ["--alpha", "x"], ["--floor", "-1"], ["--min-samples", "1"],
+     ["--dispatch", "ignore"], ["--bogus"]],
 )
 def test_exit_2_usage(tmp_path, capsys, extra):
     b, n = run_pair(tmp_path, [1.0, 1.0, 1.0])

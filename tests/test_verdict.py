@@ -212,7 +212,8 @@ def test_dispatch_change_flagged_and_policy_can_fail_it():
     assert "kernels changed" in v.reason and res.exit_code == 0
     v2, res2 = one(np.random.default_rng(14), 1.0, base_extra=base_k, new_extra=new_k, policy=Policy(dispatch="fail"))
     assert v2.status is Status.FAIL and v2.kind == DISPATCH and res2.exit_code == 1
-    v3, _ = one(np.random.default_rng(14), 1.0, base_extra=base_k, new_extra={"kernels": ["quantize", "cutlass_fp4_gemm_128x128"]})
+    reordered = {"kernels": ["quantize", "cutlass_fp4_gemm_128x128"]}
+    v3, _ = one(np.random.default_rng(14), 1.0, base_extra=base_k, new_extra=reordered)
     assert not v3.dispatch_changed  # same set, other order
 
 

@@ -120,6 +120,8 @@ def route(
 
 def tokens_per_expert(ids: Sequence[Sequence[int]] | torch.Tensor, num_experts: int) -> tuple[int, ...]:
     """Rows routed to each expert (length ``num_experts``, zeros for idle experts)."""
+    if not isinstance(num_experts, int) or num_experts <= 0:
+        raise ValueError(f"num_experts must be a positive int, got {num_experts!r}")
     t = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_experts):
         raise ValueError(f"expert id out of range [0, {num_experts}): min {int(t.min())}, max {int(t.max())}")

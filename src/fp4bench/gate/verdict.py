@@ -79,10 +79,19 @@ DISPATCH_POLICIES = ("report", "fail")
 
 @dataclass(frozen=True)
 class Policy:
-    """Gate settings. ``floor``/``noise`` are relative (0.05 = 5 %)."""
+    """Gate settings. ``floor``/``noise`` are relative (0.05 = 5 %).
+
+    Defaults are judgement calls, not measurements: ``floor`` 5 % matches common practice
+    (sgl-kernel's per-SKU ±5 %, measurement.md §11); ``noise_k`` 2 because an unchanged GEMM's
+    median moved ~4 % between runs under a power cap while per-sample spread was ~±3 %
+    (measurement.md §1, §7) — i.e. run-to-run drift is of the order of the sample spread;
+    record an A/A ``noise_floor`` per benchmark to replace this proxy. ``min_samples`` 5: at 3+3
+    samples the exact one-sided MWU p cannot go below 1/C(6,3) = 0.05; 5+5 reaches 0.004, still
+    too coarse for a family of many benchmarks (``min_attainable_p``), so measure far more.
+    """
 
     floor: float = 0.05
-    alpha: float = 0.05
+    alpha: float = 0.05  # family-wise (Holm) in ``compare``; Bonferroni alpha/m in ``judge``
     noise_k: float = 2.0
     min_samples: int = 5
     allow_missing: bool = False

@@ -1,0 +1,124 @@
+"""Fake FlashInfer: the ``CutlassFp4GemmRunner`` that ``mm_fp4(backend="cutlass")`` drives.
+
+Semantics implemented (flashinfer 0.7.2.post1, ``gemm/gemm_base.py`` and
+``csrc/fp4_gemm_cutlass*.cu``; backends.md section 3):
+
+* ``inputs = [a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, ws]``,
+  the ``mm_fp4`` Python checks (2-D, dtypes, alpha fp32, out dtype, block 16 / nvfp4).
+* The runner hands ``b.T`` and ``b_descale.T`` to C++, which requires uint8 (e4m3 scales are
+  viewed as uint8 when ``a`` is uint8) and contiguous ``mat1``/``mat2``/scales: so ``b`` must be
+  the transposed view of a contiguous ``[N, K/2]`` and ``b_descale`` that of a contiguous
+  ``[pad128(N), pad4(K/16)]``. The scale buffers are read as
+  ``pad128(rows) * pad4(K/16)`` bytes (the C++ comment); ``alpha`` is read as ``alpha[0]``.
+* SM100/103 module: ``k % 32`` and ``n % 32``; ``out`` contiguous ``[M, N]``; tactic in
+  ``[-1, tactic_num)``; listed ``failing`` tactics raise the runner's init RuntimeError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import torch
+
+from fakes.decode import EXACT, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
+from fp4bench.backends.flashinfer_dense import FlashInferAPI
+
+_FP4_DTYPES = (torch.uint8, torch.float4_e2m1fn_x2)
+_SF_DTYPES = (torch.uint8, torch.float8_e4m3fn)
+
+
+@dataclass
+class FakeCutlassFp4Runner:
+    """One ``CutlassFp4GemmRunner``; ``family`` is the module FlashInfer would load."""
+
+    family: str  # "sm100", "sm103", "sm120"
+    owner: "FakeFlashInfer"
+
+    def get_valid_tactics(self, inputs: list, profile: object) -> list[int]:
+        self.owner.calls += 1
+        return list(range(self.owner.tactic_num))
+
+    def __call__(self, inputs: list, tactic: int = -1, **kwargs: object) -> torch.Tensor:
+        self.owner.calls += 1
+        require(len(inputs) == 10, f"runner inputs must have 10 entries, got {len(inputs)}")
+        a, b, a_sf, b_sf, alpha, out_dtype, out, block_size, use_nvfp4, ws = inputs
+        # mm_fp4 Python-level checks (_check_mm_fp4_problem_size, _cutlass_gemm_fp4_requirement)
+        require(a.ndim == 2 and b.ndim == 2, f"mm_fp4 accepts 2d tensors, got {tuple(a.shape)} and {tuple(b.shape)}")
+        require(a.shape[1] == b.shape[0], f"K dimension mismatch: a {tuple(a.shape)}, b {tuple(b.shape)}")
+        require(a.dtype in _FP4_DTYPES and b.dtype in _FP4_DTYPES, f"a/b dtypes {a.dtype}, {b.dtype}")
+        require(a_sf.dtype in _SF_DTYPES and b_sf.dtype in _SF_DTYPES, f"scale dtypes {a_sf.dtype}, {b_sf.dtype}")
+        require(isinstance(alpha, torch.Tensor) and alpha.dtype == torch.float32 and alpha.numel() == 1,
+                f"alpha must be a 1-element float32 tensor, got {alpha!r}")
+        require(out_dtype in (torch.bfloat16, torch.float16), f"out_dtype {out_dtype}")
+        require(block_size == 16 and use_nvfp4 is True, "cutlass backend is NVFP4 only (block 16)")
+        require(out.is_contiguous(), "The CUTLASS FP4 GEMM backend requires a contiguous output tensor.")
+        # runner.forward: uint8 views, then fp4_gemm(a, b.T, a_sf, b_sf.T, alpha, out, ws, tactic)
+        if a.dtype == torch.uint8 and a_sf.dtype == torch.float8_e4m3fn:
+            a_sf = a_sf.view(torch.uint8)
+        if b.dtype == torch.uint8 and b_sf.dtype == torch.float8_e4m3fn:
+            b_sf = b_sf.view(torch.uint8)
+        mat1, mat2, mat1_sf, mat2_sf = a, b.T, a_sf, b_sf.T
+        for name, t in (("mat1", mat1), ("mat2", mat2), ("mat1Scale", mat1_sf), ("mat2Scale", mat2_sf)):
+            require(t.dtype == torch.uint8, f"{name} must be uint8, got {t.dtype}")
+            require(t.is_contiguous(), f"{name} must be contiguous (b / b_descale must be .T views of "
+                                       f"contiguous [N, ...] tensors); strides {t.stride()}")
+        same_device(mat1, mat2, mat1_sf, mat2_sf, alpha, out, ws)
+        m, n, k = mat1.shape[0], mat2.shape[0], mat2.shape[1] * 2
+        require(mat1.shape[1] == mat2.shape[1], "mat1 and mat2 shapes cannot be multiplied")
+        if self.family in ("sm100", "sm103"):
+            require(k % 32 == 0, f"Expected k to be divisible by 32, k: {k}")
+            require(n % 32 == 0, f"Expected n to be divisible by 32, n: {n}")
+        c = k // 16
+        require(tuple(mat1_sf.shape) == (pad(m, 128), pad(c, 4)),
+                f"a_descale must be 128x4 swizzled [{pad(m, 128)}, {pad(c, 4)}], got {tuple(mat1_sf.shape)}")
+        require(tuple(mat2_sf.shape) == (pad(n, 128), pad(c, 4)),
+                f"b_descale must be the .T of 128x4 swizzled [{pad(n, 128)}, {pad(c, 4)}], got {tuple(mat2_sf.shape)}")
+        require(tuple(out.shape) == (m, n) and out.dtype == out_dtype, f"out {tuple(out.shape)} {out.dtype}")
+        require(ws.dtype == torch.uint8 and ws.ndim == 1, "workspace must be a 1-D uint8 buffer")
+        require(tactic == -1 or 0 <= tactic < self.owner.tactic_num,
+                f"tactic must be between 0 and {self.owner.tactic_num}")
+        if tactic in self.owner.failing:
+            raise RuntimeError(f"[FP4 gemm Runner] Failed to initialize cutlass FP4 gemm on {self.family}. "
+                               f"Error: Error Internal")
+        mis = self.owner.misread
+        da = dequant(raw_bytes(mat1).view(m, k // 2), read_scales(mat1_sf, m, c, "e4m3", misread=mis), 16, mis)
+        dw = dequant(raw_bytes(mat2).view(n, k // 2), read_scales(mat2_sf, n, c, "e4m3", misread=mis), 16, mis)
+        acc = da @ dw.T
+        if not mis.ignore_global:
+            acc = acc * alpha.reshape(-1)[0]
+        write(out, acc)
+        self.owner.launches.append(tactic)
+        return out
+
+
+@dataclass
+class FakeFlashInfer:
+    """Builds the ``FlashInferAPI`` the adapter takes; counts every library call."""
+
+    tactic_num: int = 32
+    failing: Collection[int] = ()
+    misread: Misread = EXACT
+    supported_sms: Collection[int] = (100, 103, 107, 110, 120, 121)
+    calls: int = 0
+    launches: list = field(default_factory=list)
+
+    def api(self) -> FlashInferAPI:
+        return FlashInferAPI(version="0.7.2.post1-fake", cutlass_supported=self._supported,
+                             fp4_runner=self._runner, workspace=self._workspace)
+
+    def _supported(self, sm: int) -> bool:
+        self.calls += 1
+        return sm in self.supported_sms
+
+    def _runner(self, major: int, minor: int) -> FakeCutlassFp4Runner:
+        self.calls += 1
+        if major in (10, 11):
+            return FakeCutlassFp4Runner("sm103" if minor == 3 else "sm100", self)
+        if major == 12:
+            return FakeCutlassFp4Runner("sm120", self)
+        raise ValueError(f"Unsupported SM major version: {major}")
+
+    def _workspace(self, device: torch.device) -> torch.Tensor:
+        self.calls += 1
+        return torch.empty(1024, dtype=torch.uint8, device=device)
