@@ -90,6 +90,44 @@ def _check(ops: Operands, activation: str, intermediate: str,
                          f"[{p.num_tokens}, {p.top_k}]")
 
 
+def _routed_groups(ops: Operands):
+    """Yield ``(expert, token indices, routing weights)`` for each active expert, in expert order."""
+    p: MoEProblem = ops.problem
+    ids = ops.topk_ids.to(torch.int64).reshape(-1)
+    tok = torch.arange(p.num_tokens, device=ids.device).repeat_interleave(p.top_k)
+    wts = ops.topk_weights.to(torch.float32).reshape(-1)
+    order = torch.argsort(ids, stable=True)
+    ids, tok, wts = ids[order], tok[order], wts[order]
+    experts, counts = torch.unique_consecutive(ids, return_counts=True)
+    start = 0
+    for e, n in zip(experts.tolist(), counts.tolist()):
+        yield e, tok[start:start + n], wts[start:start + n]
+        start += n
+
+
+def _swiglu_input(ops: Operands, x: torch.Tensor, e: int, tok_e: torch.Tensor, intermediate: str) -> torch.Tensor:
+    """float32 SwiGLU output of expert ``e`` for its routed tokens (before any GEMM2-input rounding)."""
+    inter = ops.problem.inter
+    h = x[tok_e] @ decoded_expert_weight(ops.qw, ops.w, e).t()          # [n, 2I], fp32 accumulate
+    gate, up = h[:, :inter], h[:, inter:]
+    if intermediate != "fp32":
+        gate, up = _bf16(gate), _bf16(up)                                # GEMM1 epilogue stores bf16
+    return torch.nn.functional.silu(gate) * up                          # activation kernel, fp32
+
+
+def routed_intermediate_amax(ops: Operands) -> torch.Tensor:
+    """``max |SwiGLU output|`` over all routed (token, expert) rows, with GEMM1's bf16 stores.
+
+    What a calibration pass measures to pick the fc2 activation global scale of an NVFP4
+    fused MoE (``nvfp4_global_scale(amax)``)."""
+    _check(ops, "swiglu", "bf16", None)
+    x = _decoded_activations(ops)
+    amax = torch.zeros((), dtype=torch.float32, device=x.device)
+    for e, tok_e, _ in _routed_groups(ops):
+        amax = torch.maximum(amax, _swiglu_input(ops, x, e, tok_e, "bf16").abs().amax())
+    return amax
+
+
 def reference_moe(
     ops: Operands,
     activation: str = "swiglu",
@@ -104,17 +142,10 @@ def reference_moe(
     """
     _check(ops, activation, intermediate, fc2_act_global_scale)
     p: MoEProblem = ops.problem
-    inter = p.inter
     x = _decoded_activations(ops)
     device = x.device
     out = torch.zeros((p.num_tokens, p.hidden), dtype=torch.float32, device=device)
 
-    ids = ops.topk_ids.to(torch.int64).reshape(-1)
-    tok = torch.arange(p.num_tokens, device=device).repeat_interleave(p.top_k)
-    wts = ops.topk_weights.to(torch.float32).reshape(-1)
-    order = torch.argsort(ids, stable=True)
-    ids, tok, wts = ids[order], tok[order], wts[order]
-    experts, counts = torch.unique_consecutive(ids, return_counts=True)
     gs2 = None
     if intermediate == "nvfp4":
         gs2 = torch.as_tensor(fc2_act_global_scale, dtype=torch.float32, device=device)
@@ -122,16 +153,8 @@ def reference_moe(
             raise ValueError(f"reference_moe: fc2_act_global_scale must be a scalar or [E={p.num_experts}], "
                              f"got shape {tuple(gs2.shape)}")
 
-    start = 0
-    for e, n in zip(experts.tolist(), counts.tolist()):  # one matmul pair per active expert
-        rows = slice(start, start + n)
-        start += n
-        xe = x[tok[rows]]
-        h = xe @ decoded_expert_weight(ops.qw, ops.w, e).t()            # [n, 2I], fp32 accumulate
-        gate, up = h[:, :inter], h[:, inter:]
-        if intermediate != "fp32":
-            gate, up = _bf16(gate), _bf16(up)                            # GEMM1 epilogue stores bf16
-        act = torch.nn.functional.silu(gate) * up                        # activation kernel, fp32
+    for e, tok_e, wts_e in _routed_groups(ops):  # one matmul pair per active expert
+        act = _swiglu_input(ops, x, e, tok_e, intermediate)
         if intermediate == "nvfp4":
             g = gs2 if gs2.dim() == 0 or gs2.numel() == 1 else gs2[e]
             act = dequantize(formats.nvfp4_quantize(act, global_scale=g.reshape(())))
@@ -140,7 +163,7 @@ def reference_moe(
         y = act @ decoded_expert_weight(ops.qw2, ops.w2, e).t()          # [n, H]
         if intermediate != "fp32":
             y = _bf16(y)                                                 # GEMM2 epilogue stores bf16
-        out.index_add_(0, tok[rows], y * wts[rows, None])                # finalize: fp32 sum
+        out.index_add_(0, tok_e, y * wts_e[:, None])                     # finalize: fp32 sum
     return out
 
 

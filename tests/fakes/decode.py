@@ -7,7 +7,7 @@ up as a mismatch against the reference instead of being undone by our own invers
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,8 +29,13 @@ class Misread:
     """Decoding bugs a fake can reproduce on purpose (negative contract tests)."""
 
     scales_linear: bool = False      # read a 128x4 buffer as row-major [R', C']
-    high_nibble_first: bool = False  # element 2i taken from bits 4-7
+    high_nibble_first: bool = False  # activations' element 2i taken from bits 4-7 (A only: the
+                                     # same swap in both operands permutes K alike, product unchanged)
     ignore_global: bool = False      # drop alpha / the TensorWise global decode scales
+
+    def for_weights(self) -> "Misread":
+        """The misread applied to the weight operand (nibble order kept correct there)."""
+        return replace(self, high_nibble_first=False)
 
 
 EXACT = Misread()

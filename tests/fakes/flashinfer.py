@@ -83,7 +83,7 @@ class FakeCutlassFp4Runner:
                                f"Error: Error Internal")
         mis = self.owner.misread
         da = dequant(raw_bytes(mat1).view(m, k // 2), read_scales(mat1_sf, m, c, "e4m3", misread=mis), 16, mis)
-        dw = dequant(raw_bytes(mat2).view(n, k // 2), read_scales(mat2_sf, n, c, "e4m3", misread=mis), 16, mis)
+        dw = dequant(raw_bytes(mat2).view(n, k // 2), read_scales(mat2_sf, n, c, "e4m3", misread=mis), 16, mis.for_weights())
         acc = da @ dw.T
         if not mis.ignore_global:
             acc = acc * alpha.reshape(-1)[0]

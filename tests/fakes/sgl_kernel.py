@@ -68,7 +68,7 @@ class FakeSglKernel:
         same_device(out, a, b, sa, sb, alpha)
         mis = self.misread
         da = dequant(a, read_scales(sa, m, c, "e4m3", misread=mis), 16, mis)
-        dw = dequant(b, read_scales(sb, n, c, "e4m3", misread=mis), 16, mis)
+        dw = dequant(b, read_scales(sb, n, c, "e4m3", misread=mis), 16, mis.for_weights())
         acc = da @ dw.T
         write(out, acc if mis.ignore_global else acc * alpha.reshape(-1)[0])
 
@@ -117,6 +117,6 @@ class FakeSglKernel:
             rows = slice(e_offs[x], e_offs[x] + m_e)
             require(rows.stop <= a.shape[0] and rows.stop <= out.shape[0], f"expert {x}: rows {rows} out of range")
             da = dequant(a[rows], read_scales(a_bs, m_e, group_k, "e4m3", a_base, mis), 16, mis)
-            dw = dequant(b[x], read_scales(b_bs, n, group_k, "e4m3", b_base, mis), 16, mis)
+            dw = dequant(b[x], read_scales(b_bs, n, group_k, "e4m3", b_base, mis), 16, mis.for_weights())
             acc = da @ dw.T
             write(out[rows], acc if mis.ignore_global else acc * alphas[x])

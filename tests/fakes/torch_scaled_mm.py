@@ -57,7 +57,7 @@ def _decode(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor
     m, n, k = a.shape[0], b.shape[1], 2 * a.shape[1]
     c = k // block
     da = dequant(raw_bytes(a).view(m, k // 2), read_scales(sa, m, c, kind, misread=misread), block, misread)
-    dw = dequant(raw_bytes(b.t()).view(n, k // 2), read_scales(sb, n, c, kind, misread=misread), block, misread)
+    dw = dequant(raw_bytes(b.t()).view(n, k // 2), read_scales(sb, n, c, kind, misread=misread), block, misread.for_weights())
     return da @ dw.T
 
 

@@ -105,4 +105,4 @@ def mxfp4_dequantize(q: MXFP4) -> torch.Tensor:
     k = q.shape[-1]
     lead = q.shape[:-1]
     vals = e2m1_decode(unpack_fp4(q.data)).reshape(*lead, k // MXFP4_BLOCK, MXFP4_BLOCK)
-    return (vals * e8m0_to_float(q.scales).unsqueeze(-1)).reshape(*lead, k)
+    return vals.mul_(e8m0_to_float(q.scales).unsqueeze(-1)).reshape(*lead, k)

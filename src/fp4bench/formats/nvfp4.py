@@ -150,5 +150,5 @@ def nvfp4_dequantize(q: NVFP4) -> torch.Tensor:
     k = q.shape[-1]
     lead = q.shape[:-1]
     vals = e2m1_decode(unpack_fp4(q.data)).reshape(*lead, k // NVFP4_BLOCK, NVFP4_BLOCK)
-    out = vals * q.scales.to(torch.float32).unsqueeze(-1)
-    return (out / _per_block(q.global_scale)).reshape(*lead, k)
+    vals.mul_(q.scales.to(torch.float32).unsqueeze(-1)).div_(_per_block(q.global_scale))
+    return vals.reshape(*lead, k)

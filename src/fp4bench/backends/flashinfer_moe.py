@@ -1,0 +1,489 @@
+"""FlashInfer CUTLASS fused MoE (``flashinfer.cutlass_fused_moe``, flashinfer-python 0.7.2.post1).
+
+Two backends share one adapter, because the kernel FlashInfer picks depends on the GPU and
+the contract fixes the operand formats per backend:
+
+``flashinfer-cutlass-moe`` (SM90, Hopper: runs on the H200)
+    BF16 activations x MXFP4 weights, "W4A16" (``use_w4_group_scaling=True``): uint8 packed
+    E2M1 weights and UE8M0 group-32 scales, both interleaved for the SM90 mixed-input GEMM
+    (``interleave_moe_weights_for_sm90_mixed_gemm`` / ``interleave_moe_scales_for_sm90_mixed_gemm``),
+    ``quant_scales=[fc1_scales.view(int32), fc2_scales.view(int32)]``. Needs H % 128 and I % 128
+    (scale interleave: rows % 64, K % 128; serving stacks zero-pad H and I up instead, which
+    changes the problem, so we report the shape as unsupported).
+``flashinfer-cutlass-moe-nvfp4`` (SM100/103/110/120/121, Blackwell; contract-tested only)
+    NVFP4 x NVFP4: our pre-quantized activation bytes + swizzled ``input_sf`` (so kernel and
+    reference see the same bytes), weights viewed as int64, swizzled weight scales viewed as
+    int32, six ``quant_scales``. The kernel re-quantizes the SwiGLU output to NVFP4 with the
+    fc2 activation global scale; we calibrate it once in ``prepare`` from the reference's
+    intermediate (as a serving stack calibrates ``input_scale``) and hand it to the reference.
+
+Gate/up: our operands store the gate rows first; the kernel reads the *up* rows first (its
+activation kernel takes the gate from the second half), so ``prepare`` swaps the halves of
+the fc1 weight bytes and scales. ``reference_moe`` documents the convention.
+
+Finalize: ``use_fused_finalize=False`` always. The fused finalize reduces the top-k rows with
+atomics in the GEMM2 epilogue (run-to-run non-deterministic); SM90 mixed-input GEMMs never
+have it anyway (``mayHaveFinalizeFused`` is false for them), and on Blackwell we want the same
+deterministic finalize the reference models.
+
+Tactics: the runner exposes GEMM1 and GEMM2 tactic lists (``get_gemm1_tactic_count`` /
+``get_gemm2_tactic_count``; ``profile_ids`` take absolute indices, GEMM2 ones in
+``[n1, n1 + n2)``, -1 = default). Timing every (g1, g2) pair is quadratic, so ``tactics()``
+is the sweep policy: each GEMM1 tactic with the default GEMM2, then each GEMM2 tactic with
+the default GEMM1 -- every tactic runs once. ``tactic_lists()`` gives the full per-GEMM lists.
+A tactic the library marks invalid for the shape (``get_valid_tactics_for_shape``), with zero
+occupancy, or that raises at initialization raises ``TacticUnsupported``.
+
+All library calls go through ``FlashInferMoEApi`` (constructor ``api=``): CPU contract tests
+substitute a fake that decodes the arguments in the library's layout. Imports are lazy. This
+adapter never calls FlashInfer's FP4 quantize helpers (they return uninitialized memory on
+SM90, backends.md §1): operands are quantized by ``fp4bench.formats``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from fp4bench import formats
+from fp4bench.backends.base import Availability, Backend, Prepared, Tactic, TacticUnsupported
+from fp4bench.operands import Operands
+from fp4bench.problems import MoEProblem, Problem
+from fp4bench.reference_moe import reference_moe, routed_intermediate_amax
+
+MXFP4_GROUP = 32
+DEFAULT = -1
+
+
+class FlashInferMoEApi:
+    """The FlashInfer calls this adapter makes, in one replaceable place (lazy imports)."""
+
+    def version(self) -> str:
+        import flashinfer
+
+        return str(flashinfer.__version__)
+
+    def cutlass_fused_moe(self, **kwargs: Any) -> Any:
+        from flashinfer.fused_moe import cutlass_fused_moe
+
+        return cutlass_fused_moe(**kwargs)
+
+    def workspace_size(self, **kwargs: Any) -> int:
+        from flashinfer.fused_moe import cutlass_fused_moe_workspace_size
+
+        return int(cutlass_fused_moe_workspace_size(**kwargs))
+
+    def interleave_weights(self, w: torch.Tensor) -> torch.Tensor:
+        from flashinfer.fused_moe import interleave_moe_weights_for_sm90_mixed_gemm
+
+        return interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")
+
+    def interleave_scales(self, s: torch.Tensor) -> torch.Tensor:
+        from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
+
+        return interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=MXFP4_GROUP)
+
+    def tactic_runner(self, arch: str, x_dtype: torch.dtype, weight_dtype: torch.dtype,
+                      top_k: int, use_w4_group_scaling: bool) -> Any:
+        """The C++ ``fused_moe_runner`` (tactic counts, occupancy, shape validity)."""
+        from flashinfer.fused_moe.core import ActivationType, get_cutlass_fused_moe_module
+
+        r = get_cutlass_fused_moe_module(arch).MoERunner(
+            x_dtype=x_dtype, weight_dtype=weight_dtype, output_dtype=torch.bfloat16, top_k=top_k,
+            tp_size=1, tp_rank=0, ep_size=1, ep_rank=0, cluster_size=1, cluster_rank=0,
+            enable_alltoall=False, use_deepseek_fp8_block_scale=False,
+            use_w4_group_scaling=use_w4_group_scaling, use_mxfp8_act_scaling=False,
+            min_latency_mode=False, enable_pdl=False, activation_type=ActivationType.Swiglu,
+            use_packed_weights=False, use_fused_finalize=False, use_wfp4afp8_humming=False)
+        return r.fused_moe_runner
+
+
+# --- SM90 W4A16 tactic table (derived, for labels) ---------------------------------------
+# cutlass_heuristic.cpp get_candidate_tiles_sm90(GROUPED_GEMM | WEIGHT_ONLY) lists these CTA
+# tiles (M x N x K, K in bytes as the C++ enum names it); get_candidate_configs_sm90 gives each
+# cluster 1x1, 2x1, 1x2, 2x2 with the cooperative mainloop where sm90_supports_coop() else
+# ping-pong; getTmaWarpSpecializedConfigs keeps only the swap_ab copies for mixed input. Used
+# only when the runner reports exactly this many tactics per GEMM (checked on the H200).
+_SM90_W4A16_TILES = (
+    [(64, n, k) for n in (16, 32, 64, 128) for k in (128, 256, 512)]
+    + [(128, n, k) for n in (16, 32, 64, 128) for k in (128, 256, 512)]
+    + [(128, 256, 128), (128, 256, 256), (256, 128, 128), (256, 128, 256), (256, 256, 128)]
+)
+_SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
+
+
+def _sm90_coop(m: int, n: int, k: int) -> bool:
+    if m == 128 and n in (16, 32, 64):
+        return k in (128, 256, 512)
+    if m == 128 and n in (128, 256) or m == 256 and n == 128:
+        return k in (128, 256)
+    return m == 256 and n == 256 and k == 128
+
+
+def sm90_w4a16_tactic_descriptions() -> list[str]:
+    """One label per SM90 W4A16 tactic, in the runner's order (derived from the C++ source)."""
+    out = []
+    for (m, n, k), (cm, cn) in itertools.product(_SM90_W4A16_TILES, _SM90_CLUSTERS):
+        out.append(f"{m}x{n}x{k}B_c{cm}x{cn}_{'coop' if _sm90_coop(m, n, k) else 'pingpong'}_swapab")
+    return out
+
+
+# --- layout models of the SM90 helpers (CPU tests, and checked against the real helpers on the
+# H200 by scripts/fi_moe_smoke.py) ----------------------------------------------------------
+# interleave_fp4_weights_for_sm90_mixed_gemm_kernel (moe_gemm_mixed_utils.cu), per expert
+# [n, k/2] bytes: within each 16-row x 64-element tile, lane l of an 8-row block takes four
+# bytes (rows r and r+8, byte columns c and c+4, c = 8*(l//4) + l%4), little-endian into one
+# 32-bit word, permutes its 32 bits, and stores the word at row r + 8*((l//4) % 2), byte
+# column 16*(l//8) + 4*(l%4). _BIT_SRC[d] = raw bit that lands in output bit d.
+_BIT_SRC = (16, 17, 18, 8, 9, 10, 0, 1, 2, 19, 25, 26, 11, 24, 27, 3,
+            20, 21, 22, 12, 13, 14, 4, 5, 6, 23, 29, 30, 15, 28, 31, 7)
+
+
+def _tile_maps() -> tuple[torch.Tensor, torch.Tensor]:
+    """(src, dst) byte positions inside one 16 x 32-byte tile for the 4 bytes of each word."""
+    rows = torch.arange(8).repeat_interleave(16)          # row r in 0..7 of the block
+    lane = torch.arange(16).repeat(8)
+    col = 8 * (lane // 4) + lane % 4
+    src = torch.stack([rows * 32 + col, (rows + 8) * 32 + col,
+                       rows * 32 + col + 4, (rows + 8) * 32 + col + 4], dim=1)   # [128, 4]
+    drow = rows + 8 * ((lane // 4) % 2)
+    dcol = 16 * (lane // 8) + 4 * (lane % 4)
+    dst = (drow * 32 + dcol)[:, None] + torch.arange(4)[None, :]                 # [128, 4]
+    return src, dst
+
+
+def _tiles(w: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """View ``[..., n, k/2]`` bytes as ``[..., n/16, k/64, 512]`` tiles."""
+    *lead, n, kb = w.shape
+    if n % 16 or kb % 32:
+        raise ValueError(f"SM90 fp4 interleave needs n % 16 == 0 and k % 64 == 0, got weight bytes "
+                         f"of shape {tuple(w.shape)}")
+    t = w.reshape(*lead, n // 16, 16, kb // 32, 32).transpose(-3, -2).reshape(*lead, n // 16, kb // 32, 512)
+    return t, (*lead, n, kb)
+
+
+def _untiles(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    *lead, n, kb = shape
+    return t.reshape(*lead, n // 16, kb // 32, 16, 32).transpose(-3, -2).reshape(shape)
+
+
+def _permute_bits(words: torch.Tensor, table: tuple[int, ...]) -> torch.Tensor:
+    out = torch.zeros_like(words)
+    for d, s in enumerate(table):
+        out |= ((words >> s) & 1) << d
+    return out
+
+
+def _words(b: torch.Tensor) -> torch.Tensor:
+    b = b.to(torch.int64)
+    return b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16 | b[..., 3] << 24
+
+
+def _bytes(words: torch.Tensor) -> torch.Tensor:
+    return torch.stack([(words >> (8 * i)) & 0xFF for i in range(4)], dim=-1).to(torch.uint8)
+
+
+def sm90_interleave_fp4_weights(w: torch.Tensor) -> torch.Tensor:
+    """Torch model of ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")`` (uint8 ``[..., n, k/2]``)."""
+    t, shape = _tiles(w)
+    src, dst = _tile_maps()
+    words = _permute_bits(_words(t[..., src.to(w.device)]), _BIT_SRC)
+    out = torch.empty_like(t)
+    out[..., dst.to(w.device)] = _bytes(words)
+    return _untiles(out, shape)
+
+
+def sm90_deinterleave_fp4_weights(w: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``sm90_interleave_fp4_weights``."""
+    t, shape = _tiles(w)
+    src, dst = _tile_maps()
+    inverse = tuple(_BIT_SRC.index(b) for b in range(32))
+    words = _permute_bits(_words(t[..., dst.to(w.device)]), inverse)
+    out = torch.empty_like(t)
+    out[..., src.to(w.device)] = _bytes(words)
+    return _untiles(out, shape)
+
+
+def _scale_fold_shape(e: int, rows: int, groups: int) -> tuple[int, ...]:
+    if rows % 64 or groups % 4:
+        raise ValueError(f"SM90 scale interleave needs rows % 64 == 0 and K/32 % 4 == 0, got "
+                         f"[{e}, {rows}, {groups}]")
+    return (e, rows // 64, 4, 16, groups // 4, 4)
+
+
+def sm90_interleave_mxfp4_scales(s: torch.Tensor) -> torch.Tensor:
+    """Torch model of ``interleave_moe_scales_for_sm90_mixed_gemm(s, 32)``: uint8 ``[E, R, K/32]``
+    -> ``[E, R/64, K/128, 16, 16]``; each 64-row x 128-element block becomes 16 rows of 16 bytes,
+    byte ``4*j + g`` of row ``i`` holding row ``16*j + i``, group ``g``."""
+    e, rows, groups = s.shape
+    f = s.reshape(_scale_fold_shape(e, rows, groups)).permute(0, 1, 4, 3, 2, 5)
+    return f.reshape(e, rows // 64, groups // 4, 16, 16).contiguous()
+
+
+def sm90_deinterleave_mxfp4_scales(s: torch.Tensor, rows: int, groups: int) -> torch.Tensor:
+    """Inverse of ``sm90_interleave_mxfp4_scales`` back to ``[E, rows, groups]``."""
+    e = s.shape[0]
+    f = s.reshape(e, rows // 64, groups // 4, 16, 4, 4).permute(0, 1, 4, 3, 2, 5)
+    return f.reshape(e, rows, groups).contiguous()
+
+
+def swap_gate_up(t: torch.Tensor, inter: int) -> torch.Tensor:
+    """``[E, 2I, ...]`` gate-first (our operands) <-> up-first (FlashInfer's fc1 order)."""
+    return torch.cat([t[:, inter:], t[:, :inter]], dim=1).contiguous()
+
+
+# --- the backends ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _TacticSpace:
+    n1: int
+    n2: int
+    labels1: list[str]
+    labels2: list[str]
+
+
+class _FlashInferCutlassMoE(Backend):
+    """Shared adapter; subclasses fix the format pair and the compute capabilities."""
+
+    kinds: ClassVar[frozenset[str]] = frozenset({"moe"})
+    supported_ccs: ClassVar[frozenset[int]]
+    #: what the reference must model between the GEMMs (reference_moe ``intermediate``)
+    intermediate: ClassVar[str]
+    api = "flashinfer.cutlass_fused_moe"
+
+    def __init__(self, api: FlashInferMoEApi | None = None) -> None:
+        self.lib = api if api is not None else FlashInferMoEApi()
+        self._spaces: dict[tuple[Any, ...], _TacticSpace] = {}
+
+    # -- availability ------------------------------------------------------------------
+    def availability(self, device: torch.device) -> Availability:
+        device = torch.device(device)
+        if device.type != "cuda" or not torch.cuda.is_available():
+            return Availability.no(f"{self.name} needs a CUDA GPU")
+        major, minor = torch.cuda.get_device_capability(device)
+        cc = 10 * major + minor
+        if cc not in self.supported_ccs:
+            return Availability.no(f"{self.name} runs on compute capability "
+                                   f"{sorted(self.supported_ccs)}; this GPU is sm_{cc}")
+        try:
+            version = self.lib.version()
+        except ImportError as exc:
+            return Availability.no(f"flashinfer is not importable: {exc}")
+        return Availability.yes(version=version, reason=f"flashinfer {version} on sm_{cc}")
+
+    def _arch(self, device: torch.device) -> str:
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{10 * major + minor}"
+
+    # -- shapes ------------------------------------------------------------------------
+    def _shape_reason(self, p: MoEProblem) -> str | None:
+        raise NotImplementedError
+
+    def unsupported_reason(self, problem: Problem) -> str | None:
+        why = super().unsupported_reason(problem)
+        if why is not None:
+            return why
+        assert isinstance(problem, MoEProblem)
+        return self._shape_reason(problem)
+
+    # -- tactics -----------------------------------------------------------------------
+    def _runner_args(self) -> tuple[torch.dtype, torch.dtype, bool]:
+        raise NotImplementedError
+
+    def _space(self, problem: MoEProblem, device: torch.device) -> _TacticSpace:
+        arch = self._arch(device)
+        key = (arch, problem.top_k)
+        if key not in self._spaces:
+            x_dtype, w_dtype, w4 = self._runner_args()
+            r = self.lib.tactic_runner(arch, x_dtype, w_dtype, problem.top_k, w4)
+            n1, n2 = int(r.get_gemm1_tactic_count()), int(r.get_gemm2_tactic_count())
+            self._spaces[key] = _TacticSpace(n1, n2, *self._labels(n1, n2))
+        return self._spaces[key]
+
+    def _labels(self, n1: int, n2: int) -> tuple[list[str], list[str]]:
+        return [f"g1-{i:03d}" for i in range(n1)], [f"g2-{j:03d}" for j in range(n2)]
+
+    def tactic_lists(self, problem: Problem, device: torch.device) -> tuple[list[Tactic], list[Tactic]]:
+        """Every GEMM1 tactic (value ``(g1, -1)``) and every GEMM2 tactic (``(-1, n1 + j)``)."""
+        assert isinstance(problem, MoEProblem)
+        sp = self._space(problem, torch.device(device))
+        g1 = [Tactic((i, DEFAULT), f"{lab}+g2-default") for i, lab in enumerate(sp.labels1)]
+        g2 = [Tactic((DEFAULT, sp.n1 + j), f"g1-default+{lab}") for j, lab in enumerate(sp.labels2)]
+        return g1, g2
+
+    def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
+        """Sweep policy: each GEMM1 tactic with the default GEMM2, then each GEMM2 tactic with the
+        default GEMM1 (n1 + n2 runs instead of n1 * n2)."""
+        g1, g2 = self.tactic_lists(problem, device)
+        return g1 + g2
+
+    # -- prepare / run -----------------------------------------------------------------
+    def _check_operands(self, ops: Operands) -> None:
+        if ops.act_format != self.act_format or ops.weight_format != self.weight_format:
+            raise ValueError(f"{self.name} consumes {self.act_format} x {self.weight_format} operands, "
+                             f"got {ops.act_format} x {ops.weight_format}")
+        if ops.topk_ids is None or ops.topk_weights is None or ops.qw2 is None:
+            raise ValueError(f"{self.name}: operands are not MoE operands (no routing or fc2 weights)")
+
+    def _marshal(self, ops: Operands, device: torch.device) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
+        why = self.unsupported_reason(problem)
+        if why is not None:
+            raise ValueError(f"{self.name}: {why}")
+        assert isinstance(problem, MoEProblem)
+        self._check_operands(operands)
+        device = torch.device(device)
+        args = self._marshal(operands, device)
+        x_dtype, w_dtype, w4 = self._runner_args()
+        t, h, i, e, k = problem.num_tokens, problem.hidden, problem.inter, problem.num_experts, problem.top_k
+        ws = self.lib.workspace_size(
+            max_num_tokens=t, hidden_size=h, intermediate_size=i, num_experts_total=e, top_k=k,
+            x_dtype=x_dtype, weight_dtype=w_dtype, use_w4_group_scaling=w4,
+            use_fused_finalize=False, device=device)
+        args["workspace_buffer"] = torch.empty(ws, dtype=torch.uint8, device=device)
+        args["token_selected_experts"] = operands.topk_ids.to(device=device, dtype=torch.int32).contiguous()
+        args["token_final_scales"] = operands.topk_weights.to(device=device, dtype=torch.float32).contiguous()
+        r = self.lib.tactic_runner(self._arch(device), x_dtype, w_dtype, k, w4)
+        n1 = int(r.get_gemm1_tactic_count())
+        valid = set(int(v) for v in r.get_valid_tactics_for_shape(1, 2 * i, h))
+        valid |= set(int(v) for v in r.get_valid_tactics_for_shape(2, h, i))
+        out = torch.empty((t, h), dtype=torch.bfloat16, device=device)
+        meta = {"valid_tactics": valid, "occupancy": r.get_tactic_occupancy, "n1": n1}
+        meta.update({key[1:]: args.pop(key) for key in [k for k in args if k.startswith("_")]})
+        return Prepared(problem=problem, out=out, args={"call": args, "meta": meta})
+
+    def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> list[int]:
+        if tactic.value is None:  # DEFAULT_TACTIC: the library's defaults, no autotuning
+            return [DEFAULT, DEFAULT]
+        try:
+            g1, g2 = (int(v) for v in tactic.value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.name}: tactic value must be a (gemm1, gemm2) pair, got {tactic.value!r}") from None
+        meta = prepared.args["meta"]
+        for tid in (g1, g2):
+            if tid == DEFAULT:
+                continue
+            if tid not in meta["valid_tactics"]:
+                raise TacticUnsupported(f"{tactic.label}: FlashInfer marks tactic {tid} invalid for this shape")
+            if int(meta["occupancy"](tid)) <= 0:
+                raise TacticUnsupported(f"{tactic.label}: tactic {tid} has zero occupancy on this GPU")
+        return [g1, g2]
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        ids = self._profile_ids(prepared, tactic)
+        try:
+            self.lib.cutlass_fused_moe(output=prepared.out, output_dtype=torch.bfloat16,
+                                       use_fused_finalize=False, profile_ids=ids,
+                                       **prepared.args["call"])
+        except RuntimeError as exc:
+            raise TacticUnsupported(f"{tactic.label}: {exc}".splitlines()[0][:500]) from exc
+        return prepared.out
+
+    def reference(self, prepared: Prepared, operands: Operands) -> torch.Tensor:
+        """The float32 reference this backend's output must match (same bytes, same rounding)."""
+        return reference_moe(operands, intermediate=self.intermediate,
+                             fc2_act_global_scale=prepared.args["meta"].get("fc2_act_global_scale"))
+
+
+class FlashInferCutlassMoEW4A16(_FlashInferCutlassMoE):
+    """SM90: BF16 activations x MXFP4 weights (the only FP4-weight GEMM that runs on Hopper)."""
+
+    name = "flashinfer-cutlass-moe"
+    act_format = "bf16"
+    weight_format = "mxfp4"
+    supported_ccs = frozenset({90})
+    intermediate = "bf16"
+
+    def _shape_reason(self, p: MoEProblem) -> str | None:
+        bad = [f"{n}={v}" for n, v in (("hidden", p.hidden), ("inter", p.inter)) if v % 128]
+        if bad:
+            return ("SM90 W4A16 needs hidden and inter divisible by 128 (scale interleave: rows % 64, "
+                    f"K % 128); got {', '.join(bad)} (serving stacks zero-pad up to a multiple of 128/256)")
+        return None
+
+    def _runner_args(self) -> tuple[torch.dtype, torch.dtype, bool]:
+        return torch.bfloat16, torch.uint8, True
+
+    def _labels(self, n1: int, n2: int) -> tuple[list[str], list[str]]:
+        desc = sm90_w4a16_tactic_descriptions()
+        if n1 == n2 == len(desc):
+            return ([f"g1-{i:03d}:{d}" for i, d in enumerate(desc)],
+                    [f"g2-{j:03d}:{d}" for j, d in enumerate(desc)])
+        return super()._labels(n1, n2)
+
+    def _marshal(self, ops: Operands, device: torch.device) -> dict[str, Any]:
+        if not isinstance(ops.qw, formats.MXFP4) or not isinstance(ops.qw2, formats.MXFP4):
+            raise TypeError(f"{self.name}: weights must be MXFP4, got {type(ops.qw).__name__}")
+        inter = ops.problem.inter
+        w1 = swap_gate_up(ops.qw.data, inter).to(device)
+        s1 = swap_gate_up(ops.qw.scales, inter).to(device)
+        w2 = ops.qw2.data.to(device).contiguous()
+        s2 = ops.qw2.scales.to(device).contiguous()
+        return {
+            "input": ops.a.to(device=device, dtype=torch.bfloat16).contiguous(),
+            "fc1_expert_weights": self.lib.interleave_weights(w1),
+            "fc2_expert_weights": self.lib.interleave_weights(w2),
+            "quant_scales": [self.lib.interleave_scales(s1).view(torch.int32),
+                             self.lib.interleave_scales(s2).view(torch.int32)],
+            "use_w4_group_scaling": True,
+        }
+
+
+class FlashInferCutlassMoENVFP4(_FlashInferCutlassMoE):
+    """Blackwell: NVFP4 activations (our bytes + input_sf) x NVFP4 weights."""
+
+    name = "flashinfer-cutlass-moe-nvfp4"
+    act_format = "nvfp4"
+    weight_format = "nvfp4"
+    supported_ccs = frozenset({100, 103, 110, 120, 121})
+    intermediate = "nvfp4"
+
+    def _shape_reason(self, p: MoEProblem) -> str | None:
+        bad = [f"{n}={v}" for n, v in (("hidden", p.hidden), ("inter", p.inter)) if v % 64]
+        if bad:
+            return ("NVFP4 fused MoE needs hidden and inter divisible by 64 (one 128x4 scale tile "
+                    f"covers 64 K elements; fc1 scale rows are 2*align64(inter)); got {', '.join(bad)}")
+        return None
+
+    def _runner_args(self) -> tuple[torch.dtype, torch.dtype, bool]:
+        return torch.uint8, torch.int64, False
+
+    def _marshal(self, ops: Operands, device: torch.device) -> dict[str, Any]:
+        qa, qw, qw2 = ops.qa, ops.qw, ops.qw2
+        if not all(isinstance(q, formats.NVFP4) for q in (qa, qw, qw2)):
+            raise TypeError(f"{self.name}: activations and weights must be NVFP4")
+        p: MoEProblem = ops.problem
+        inter = p.inter
+        e = p.num_experts
+        gs_a = qa.global_scale.to(device=device, dtype=torch.float32).reshape(())
+        gs_w1 = qw.global_scale.to(device=device, dtype=torch.float32).expand(e, 1, 1).reshape(e)
+        gs_w2 = qw2.global_scale.to(device=device, dtype=torch.float32).expand(e, 1, 1).reshape(e)
+        # fc2 activation (encode) global scale, calibrated on this batch's routed intermediate.
+        amax = float(routed_intermediate_amax(ops))
+        gs_2 = formats.nvfp4_global_scale(amax).to(device)
+        w1 = swap_gate_up(qw.data, inter).to(device).view(torch.int64)
+        s1 = formats.swizzle_128x4(swap_gate_up(qw.scales, inter)).to(device)
+        s2 = formats.swizzle_128x4(qw2.scales).to(device)
+        return {
+            "input": qa.data.to(device).contiguous(),
+            "input_sf": formats.swizzle_128x4(qa.scales).view(torch.uint8).to(device),
+            "swizzled_input_sf": True,
+            "fc1_expert_weights": w1.contiguous(),
+            "fc2_expert_weights": qw2.data.to(device).contiguous().view(torch.int64),
+            "quant_scales": [
+                gs_a,
+                s1.view(torch.uint8).view(torch.int32),
+                (1.0 / (gs_a * gs_w1)).contiguous(),
+                gs_2.reshape(()),
+                s2.view(torch.uint8).view(torch.int32),
+                (1.0 / (gs_2 * gs_w2)).contiguous(),
+            ],
+            "_fc2_act_global_scale": gs_2,
+        }
+
+
+BACKENDS = [FlashInferCutlassMoEW4A16(), FlashInferCutlassMoENVFP4()]

@@ -1,0 +1,73 @@
+"""Fault-injection backends that imitate known upstream failure patterns, to prove the checks.
+
+``fault-zero-band`` returns an all-zero output for 32 <= M <= 1536 and correct results
+elsewhere: the M-dependent zeros of FlashInfer #3398 (SM120, cutlass/b12x). The verify layer
+must name exactly those cases ``all-zero output``.
+``fault-unwritten`` leaves the last 128-row tile of the output unwritten (the PDL race of
+FlashInfer #2708/#2780); ``fault-nan`` writes one NaN; ``fault-bitflip`` perturbs one output
+element by 3 % (a plain mismatch).
+
+Use: ``pytest bench --fp4-plugin fp4bench.testing.faults --fp4-backends fault-zero-band``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fp4bench.backends.base import Prepared, Tactic
+from fp4bench.backends.torch_reference import TorchReference
+
+ZERO_BAND = (32, 1536)
+
+
+class _Fault(TorchReference):
+    kinds = frozenset({"dense"})
+    api = "test-only fault injection over fp4bench.reference"
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        super().run(prepared, tactic)
+        self.corrupt(prepared.out, prepared.problem.m)
+        return prepared.out
+
+    def corrupt(self, out: torch.Tensor, m: int) -> None:
+        raise NotImplementedError
+
+
+class ZeroBand(_Fault):
+    name = "fault-zero-band"
+
+    def corrupt(self, out: torch.Tensor, m: int) -> None:
+        if ZERO_BAND[0] <= m <= ZERO_BAND[1]:
+            out.zero_()
+
+
+class Unwritten(_Fault):
+    name = "fault-unwritten"
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        out = prepared.out
+        full = prepared.args["ops"]
+        from fp4bench.reference import reference_gemm
+
+        keep = max(0, (out.shape[0] - 1) // 128 * 128)  # the last row tile is never written
+        out[:keep].copy_(reference_gemm(full)[:keep])
+        return out
+
+
+class NaNOutput(_Fault):
+    name = "fault-nan"
+
+    def corrupt(self, out: torch.Tensor, m: int) -> None:
+        out.view(-1)[out.numel() // 2] = float("nan")
+
+
+class BitFlip(_Fault):
+    name = "fault-bitflip"
+
+    def corrupt(self, out: torch.Tensor, m: int) -> None:
+        i = out.numel() // 3
+        v = out.view(-1)[i]
+        out.view(-1)[i] = v * 1.03 if float(v) != 0 else 1.0
+
+
+BACKENDS = [ZeroBand(), Unwritten(), NaNOutput(), BitFlip()]
