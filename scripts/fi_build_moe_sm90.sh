@@ -5,7 +5,7 @@
 # Output: $FIMOE_ROOT/out/fused_moe_90_w4a16.so (+ build.json), and, with INSTALL_DIR set,
 # a copy there (e.g. INSTALL_DIR=.devbundle/fi_moe so a device run can carry it).
 # Marker: $FIMOE_ROOT/BUILD_DONE (content "ok ..." or "failed ...") when the script ends;
-# log: $FIMOE_ROOT/build.log; per-TU times: the build dir's .ninja_log.
+# log: $FIMOE_ROOT/build.log; per-TU times: $FIMOE_ROOT/tu_times.txt and the build dir's .ninja_log.
 #
 # Env knobs: FIMOE_ROOT (default /tmp/fimoe), JOBS (default 2), NICE (default 19),
 # FI_SITE (flashinfer install, default /tmp/site), PY (python with torch + tvm-ffi),
@@ -77,6 +77,11 @@ fi
 export FLASHINFER_EXTRA_CUDAFLAGS="$extra_inc"
 export FLASHINFER_EXTRA_CFLAGS="$extra_inc"
 export FLASHINFER_EXTRA_LDFLAGS="-L$FIMOE_ROOT/link"
+# Per-TU wall / user / sys seconds and peak RSS (KB) via a compiler launcher (FlashInfer's own
+# hook), so a contended 2-core box still yields CPU seconds to extrapolate from.
+times="$FIMOE_ROOT/tu_times.txt"
+export FLASHINFER_NVCC_LAUNCHER="/usr/bin/time -a -o $times -f '%e %U %S %M %C'"
+export FLASHINFER_CXX_LAUNCHER="$FLASHINFER_NVCC_LAUNCHER"
 
 echo "== writing reduced spec ($(date -u +%T))"
 "$PY" "$here/fi_moe_build_spec.py" write > "$FIMOE_ROOT/out/build.json"
@@ -89,7 +94,7 @@ nice -n "$NICE" ninja -C "$build_dir" -f "$build_dir/build.ninja" -j "$JOBS" -k 
 echo "== linked $(du -h "$lib" | cut -f1) $lib"
 cp "$lib" "$FIMOE_ROOT/out/fused_moe_90_w4a16.so"
 strip --strip-unneeded "$FIMOE_ROOT/out/fused_moe_90_w4a16.so"
-"$PY" "$here/fi_moe_inspect_so.py" "$FIMOE_ROOT/out/fused_moe_90_w4a16.so" "$build_dir/.ninja_log" \
+"$PY" "$here/fi_moe_inspect_so.py" "$FIMOE_ROOT/out/fused_moe_90_w4a16.so" "$build_dir/.ninja_log" "$times" \
   > "$FIMOE_ROOT/out/so_report.json" || echo "warning: inspection failed"
 if [ -n "${INSTALL_DIR:-}" ]; then
   mkdir -p "$INSTALL_DIR"

@@ -7,7 +7,7 @@ that the module does not depend on libpython or libtorch (so a build made with P
 torch 2.13 loads under Python 3.12 / torch 2.11), and summarizes per-TU compile seconds from
 ninja's log.
 
-    python scripts/fi_moe_inspect_so.py MODULE.so [BUILD_DIR/.ninja_log]   # JSON on stdout
+    python scripts/fi_moe_inspect_so.py MODULE.so [BUILD_DIR/.ninja_log [TU_TIMES.txt]]   # JSON
 """
 
 from __future__ import annotations
@@ -87,6 +87,37 @@ def ninja_times(log: str) -> dict[str, object]:
             "link_s": next((v for k, v in last.items() if k.endswith(".so")), None)}
 
 
+def launcher_times(path: str) -> dict[str, object]:
+    """CPU seconds per TU from the ``/usr/bin/time -f '%e %U %S %M %C'`` launcher log.
+
+    ``cpu_s = user + sys`` is what a TU costs on an idle core, whatever the box's load was; the
+    16-core estimate divides the total by 16 and bounds it below by the slowest TU.
+    """
+    per: dict[str, dict[str, float]] = {}
+    with open(path) as f:
+        for ln in f:
+            parts = ln.split(" ", 4)
+            if len(parts) < 5 or not parts[0].replace(".", "").isdigit():
+                continue  # "Command exited with non-zero status" and similar
+            m = re.search(r" -o (\S+)", parts[4])
+            name = os.path.basename(m.group(1)) if m else parts[4][:80]
+            per[name] = {"wall_s": float(parts[0]), "cpu_s": round(float(parts[1]) + float(parts[2]), 1),
+                         "max_rss_mb": round(int(parts[3]) / 1024)}
+    gen = [v["cpu_s"] for k, v in per.items() if ".generated." in k]
+    hand = [v["cpu_s"] for k, v in per.items() if ".generated." not in k]
+    total = sum(gen) + sum(hand)
+    slowest = max((v["cpu_s"] for v in per.values()), default=0.0)
+    return {
+        "n": len(per), "cpu_s_total": round(total, 1),
+        "generated": {"n": len(gen), "cpu_s_total": round(sum(gen), 1),
+                      "cpu_s_mean": round(sum(gen) / len(gen), 1) if gen else None},
+        "handwritten": {"n": len(hand), "cpu_s_total": round(sum(hand), 1)},
+        "estimate_16_cores_s": round(max(total / 16, slowest), 1),
+        "max_rss_mb": max((v["max_rss_mb"] for v in per.values()), default=0),
+        "per_tu": dict(sorted(per.items(), key=lambda kv: -kv[1]["cpu_s"])),
+    }
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
@@ -100,7 +131,9 @@ def main() -> None:
     }
     report["links_python_or_torch"] = any(re.search(r"python|torch|c10", n) for n in report["needed"])
     if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):
-        report["tu_times"] = ninja_times(sys.argv[2])
+        report["ninja_wall_times"] = ninja_times(sys.argv[2])
+    if len(sys.argv) > 3 and os.path.exists(sys.argv[3]):
+        report["tu_cpu_times"] = launcher_times(sys.argv[3])
     print(json.dumps(report, indent=1))
 
 

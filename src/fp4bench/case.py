@@ -63,10 +63,10 @@ class CaseRunner:
     """Holds the per-session caches (operands, references) and the measurement settings."""
 
     def __init__(self, device: torch.device, timing: TimingConfig, *, cold_l2: bool = True,
-                 seed: int = 0, energy_window_s: float = 0.0, max_rotating_copies: int = 16,
+                 seed: int = 0, max_rotating_copies: int = 16,
                  peaks: peak_table.GpuPeaks | None = None, cache_size: int = 2):
         self.device, self.timing, self.cold_l2, self.seed = device, timing, cold_l2, seed
-        self.energy_window_s, self.max_rotating_copies = energy_window_s, max_rotating_copies
+        self.max_rotating_copies = max_rotating_copies
         self.peaks = peaks
         self._ops: OrderedDict[tuple, Operands] = OrderedDict()
         self._refs: OrderedDict[tuple, _Reference] = OrderedDict()
@@ -138,7 +138,9 @@ class CaseRunner:
             info["kernels"] = names
             with TelemetrySampler(self.device.index or 0) as tele:
                 timing = time_gpu(fns, self.timing, self.device)
-            info.update(tele.result().to_extra_info())
+            if tele.result is not None:
+                # energy per call is only reported for windows >= 1 s (see TelemetrySampler)
+                info.update(tele.result.to_extra_info(len(timing.samples_s) * timing.calls_per_sample))
         else:
             timing = time_cpu(fns, dataclasses.replace(self.timing, mode="cpu"))
         info.update(timing.to_extra_info())

@@ -102,10 +102,11 @@ class Fp4Session:
         timing = TimingConfig(mode="graph" if self.device.type == "cuda" else "cpu",
                               time_budget_s=budget, target_rel_ci=opt("fp4_target_ci"),
                               min_samples=opt("fp4_min_samples"), max_samples=max(300, opt("fp4_min_samples")),
-                              inject_slowdown=opt("fp4_inject_slowdown"))
+                              inject_slowdown=opt("fp4_inject_slowdown"),
+                              energy_window_s=opt("fp4_energy_window"))
         gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
         self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
-                                 energy_window_s=opt("fp4_energy_window"), peaks=gpu_peaks)
+                                 peaks=gpu_peaks)
         self.policy = Policy(floor=opt("fp4_floor") / 100.0, alpha=opt("fp4_alpha"),
                              allow_missing=opt("fp4_allow_missing"))
 

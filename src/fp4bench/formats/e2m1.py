@@ -49,28 +49,6 @@ def encode_(s: torch.Tensor) -> torch.Tensor:
     return codes.add_(region, alpha=2).bitwise_or_(sign.bitwise_left_shift_(3))
 
 
-def encode_unchecked(x: torch.Tensor) -> torch.Tensor:
-    """Non-destructive ``encode_`` for a finite float32/float64 tensor."""
-    return encode_(x.clone())
-
-
-def as_kernel_input(x: torch.Tensor) -> torch.Tensor:
-    """Keep bf16/fp16/fp32 as they are (ops promote them to fp32 exactly, saving a full-size
-    copy); other floating dtypes (fp64, fp8) are converted to fp32, the quantizers' arithmetic."""
-    return x if x.dtype in (torch.bfloat16, torch.float16, torch.float32) else x.to(torch.float32)
-
-
-def block_amax(blocks: torch.Tensor) -> torch.Tensor:
-    """float32 ``max |x|`` over the last dim, keepdim; NaN/Inf propagate (the finite check).
-
-    ``max(amax, -amin)`` reads the data twice but allocates no full-size ``|x|`` temporary; the
-    final ``abs`` turns the ``-0.0`` of an all-(-0.0) block into ``+0.0`` (else a -0 scale byte).
-    """
-    hi = blocks.amax(dim=-1, keepdim=True)
-    lo = blocks.amin(dim=-1, keepdim=True)
-    return torch.maximum(hi, lo.neg_()).abs_().to(torch.float32)
-
-
 def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     """Encode real values to uint8 E2M1 codes (0..15), same shape and device as ``x``.
 

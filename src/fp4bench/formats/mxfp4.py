@@ -24,7 +24,8 @@ from typing import Literal
 import torch
 
 from fp4bench.formats._checks import check_block_dim, check_dtype, check_floating, raise_non_finite
-from fp4bench.formats.e2m1 import E2M1_MAX, as_kernel_input, block_amax, e2m1_decode, encode_, pack_fp4, unpack_fp4
+from fp4bench.formats._blocks import as_kernel_input, block_amax
+from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, encode_, pack_fp4, unpack_fp4
 
 MXFP4_BLOCK = 32
 E8M0_BIAS = 127

@@ -33,7 +33,8 @@ from fp4bench.formats._checks import (
     check_tensor,
     raise_non_finite,
 )
-from fp4bench.formats.e2m1 import E2M1_MAX, as_kernel_input, block_amax, e2m1_decode, encode_, pack_fp4, unpack_fp4
+from fp4bench.formats._blocks import as_kernel_input, block_amax
+from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, encode_, pack_fp4, unpack_fp4
 
 NVFP4_BLOCK = 16
 E4M3_MAX = 448.0

@@ -45,6 +45,9 @@ class TimingConfig:
     #: test-only fault injection: extra GPU busy time per call as a fraction of the call's time,
     #: launched inside the timed region (``torch.cuda._sleep``). Documented in docs/measurement.md.
     inject_slowdown: float = 0.0
+    #: seconds of extra, untimed-for-latency replays inside an NVML sampler to get joules per
+    #: call; NVML's energy counter ticks ~every 100 ms, so below ~1 s the number is not reported
+    energy_window_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("graph", "events", "cpu"):
@@ -217,9 +220,32 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> Timi
             end.record(stream)
             end.synchronize()
             s.samples.append(start.elapsed_time(end) / 1e3 / n)
+        wall = time.perf_counter() - s.t0
+        extra: dict[str, Any] = {"estimate_s": est}
+        if cfg.energy_window_s > 0:
+            extra.update(_energy(replay, n, cfg.energy_window_s, device))
     del graph
     return TimingResult(s.samples, method, n, len(fns), why, median_rel_ci(s.samples), note=note,
-                        wall_s=time.perf_counter() - s.t0, extra={"estimate_s": est})
+                        wall_s=wall, extra=extra)
+
+
+def _energy(replay: Fn, calls_per_replay: int, window_s: float, device: torch.device) -> dict[str, Any]:
+    """Replay back-to-back for ``window_s`` under the NVML sampler: energy-counter delta / calls.
+
+    A separate pass, so that NVML reads never sit inside the timed samples (measurement.md §8).
+    """
+    from fp4bench.measure.telemetry import TelemetrySampler
+
+    replays = 0
+    with TelemetrySampler(device.index or 0, min_energy_window_s=min(1.0, window_s)) as tel:
+        t_end = time.perf_counter() + window_s
+        while time.perf_counter() < t_end:
+            for _ in range(8):
+                replay()
+            replays += 8
+            torch.cuda.synchronize(device)
+    info = tel.result.to_extra_info(replays * calls_per_replay) if tel.result is not None else {}
+    return {"energy_" + k if not k.startswith(("energy", "joules")) else k: v for k, v in info.items()}
 
 
 def record_in_benchmark(benchmark: Any, result: TimingResult) -> None:
