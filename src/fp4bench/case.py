@@ -112,7 +112,8 @@ class CaseRunner:
         return bound
 
     # -- one case -----------------------------------------------------------------------
-    def run(self, backend: Backend, problem: Problem, tactic: Tactic) -> CaseResult:
+    def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
+        """Gate, check and (unless ``measure`` is False: correctness only) time one case."""
         avail = backend.availability(self.device)
         if not avail.ok:
             return CaseResult(SKIPPED, f"{backend.name}: {avail.reason}")
@@ -132,6 +133,8 @@ class CaseRunner:
         info.update(check.to_extra_info())
         if not check.ok:
             return CaseResult(FAILED, f"{check.kind}: {check.detail}", check=check, extra_info=info)
+        if not measure:
+            return CaseResult(MEASURED, "correctness only (timing disabled)", check=check, extra_info=info)
         fns = self._rotating_calls(backend, problem, ops, prep, tactic)
         if self.device.type == "cuda":
             names = kernel_ids.kernel_names(fns[0])

@@ -261,7 +261,7 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
         res_status, reason = SKIPPED, spec.skip_reason
         res = None
     else:
-        res = st.runner.run(backend, spec.problem, spec.tactic)
+        res = st.runner.run(backend, spec.problem, spec.tactic, measure=not getattr(benchmark, "disabled", False))
         res_status, reason = res.status, res.reason
     if res_status == SKIPPED:
         if base is not None:
@@ -281,6 +281,8 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     if res_status == FAILED:
         pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {reason}", pytrace=False)
     assert res_status == MEASURED
+    if res.timing is None:  # --benchmark-disable: correctness only
+        return res
     record_in_benchmark(benchmark, res.timing)
     st.rows.append(_row(spec, res))
     st.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))

@@ -66,6 +66,11 @@ class FlashInferMoEApi:
 
         return str(flashinfer.__version__)
 
+    def device_arch(self, device: torch.device) -> str:
+        """FlashInfer's module key for ``device`` ("90", "100", "120", ...)."""
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{10 * major + minor}"
+
     def cutlass_fused_moe(self, **kwargs: Any) -> Any:
         from flashinfer.fused_moe import cutlass_fused_moe
 
@@ -274,8 +279,7 @@ class _FlashInferCutlassMoE(Backend):
         return Availability.yes(version=version, reason=f"flashinfer {version} on sm_{cc}")
 
     def _arch(self, device: torch.device) -> str:
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"{10 * major + minor}"
+        return self.lib.device_arch(device)
 
     # -- shapes ------------------------------------------------------------------------
     def _shape_reason(self, p: MoEProblem) -> str | None:
