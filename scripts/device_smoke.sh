@@ -19,7 +19,6 @@ unset FLASHINFER_CUDA_ARCH_LIST
 timeout 200 python3 scripts/timing_fidelity.py --budget 0.5 2>&1 | tee "$OUT/fidelity.log"
 timeout 240 python3 -m pytest bench -q -rs -p no:cacheprovider --fp4-batches 1,64 --fp4-kinds dense,grouped \
   --fp4-time-budget 0.5 --benchmark-json "$OUT/smoke.json" 2>&1 | tail -60 | tee "$OUT/bench.log"
-python3 -c "import torch; x=torch.randn(256,256,device='cuda'); print('CUDA context healthy after all skips:', bool(torch.allclose(x@x, (x.double()@x.double()).float(), atol=1e-2, rtol=1e-3)))"
 for i in $(seq 1 36); do [ -f "$OUT/xc_sm100.json" ] && [ -f "$OUT/xc_sm120.json" ] && break; sleep 5; done
 tail -3 /tmp/xc_sm100.log /tmp/xc_sm120.log
 cat "$OUT"/xc_*.json 2>/dev/null

@@ -72,6 +72,7 @@ class Fp4Session:
     deselected: set[str] = field(default_factory=set)
     collected: set[str] = field(default_factory=set)
     failed_tests: int = 0
+    health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
     ready: bool = False
 
     def setup(self) -> None:
@@ -362,8 +363,27 @@ def _without(baseline, nodeids: set[str]):
     return dataclasses.replace(baseline, benchmarks=keep)
 
 
+def _context_health(device) -> str:
+    """Run a small torch kernel after every case (and every skip) and check it: some FP4 entry
+    points poison the CUDA context instead of raising (backends.md §1). '' when healthy."""
+    import torch
+
+    try:
+        g = torch.Generator(device=device).manual_seed(1)
+        x = torch.randn(256, 256, device=device, generator=g)
+        ok = torch.allclose(x @ x, (x.double() @ x.double()).float(), rtol=1e-3, atol=1e-2)
+        torch.cuda.synchronize(device)
+        return "" if ok else "a 256x256 fp32 matmul returned a wrong result"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
+    if st.ready and st.device is not None and st.device.type == "cuda":
+        st.health = _context_health(st.device)
+        if st.health:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if st.baseline is None or not st.ready:
         return
     result = _final_compare(st)
@@ -378,6 +398,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     from fp4bench.report import results_table, verdict_table
 
     tr = terminalreporter
+    if st.health is not None:
+        tr.write_line("fp4bench: CUDA context healthy after all cases and skips (torch matmul checked)"
+                      if not st.health else f"fp4bench: CUDA CONTEXT BROKEN after the run: {st.health}")
     if st.rows:
         tr.section("fp4bench results (GPU time per call)" if st.device.type == "cuda" else "fp4bench results (CPU)")
         tr.write_line(results_table(st.rows))
