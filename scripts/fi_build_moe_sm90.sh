@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Build FlashInfer's SM90 fused-MoE module reduced to the BF16 x MXFP4 (W4A16) path.
+# Build FlashInfer's SM90 fused-MoE module reduced to the BF16 x MXFP4 (W4A16) path
+# (MODULE=fused_moe_90_w4a16, default), or FlashInfer's fp4_quantization_90 as is
+# (MODULE=fp4_quantization_90: the oracles block_scale_interleave / e2m1_and_ufp8sf_scale_to_float).
 #
-# Runs on a CPU-only box (no GPU needed: nvcc cross-compiles sm_90a) or on the H200.
-# Output: $FIMOE_ROOT/out/fused_moe_90_w4a16.so (+ build.json), and, with INSTALL_DIR set,
-# a copy there (e.g. INSTALL_DIR=.devbundle/fi_moe so a device run can carry it).
-# Marker: $FIMOE_ROOT/BUILD_DONE (content "ok ..." or "failed ...") when the script ends;
-# log: $FIMOE_ROOT/build.log; per-TU times: $FIMOE_ROOT/tu_times.txt and the build dir's .ninja_log.
+# Runs on a CPU-only box (nvcc cross-compiles sm_90a; no GPU needed) or on the H200.
+# Output: $FIMOE_ROOT/out/$MODULE.so (stripped) + $MODULE.report.json; with INSTALL_DIR set,
+# copies of both there (e.g. INSTALL_DIR=.devbundle/fi_moe, an ignored path a device run carries).
+# Marker: $FIMOE_ROOT/BUILD_DONE (default module) or $FIMOE_ROOT/BUILD_DONE.$MODULE, written when
+# the script ends: "ok <seconds> <time>" or "failed rc=N ...". Log: build.log / build.$MODULE.log;
+# per-TU CPU seconds: tu_times[.$MODULE].txt; ninja's own log: <build dir>/.ninja_log.
 #
-# Env knobs: FIMOE_ROOT (default /tmp/fimoe), JOBS (default 2), NICE (default 19),
-# FI_SITE (flashinfer install, default /tmp/site), PY (python with torch + tvm-ffi),
-# CUDA_HOME (default /usr/local/cuda).
-# See docs/flashinfer-moe.md for why each step exists.
+# Env knobs: MODULE, FIMOE_ROOT (default /tmp/fimoe), JOBS (default 2), NICE (default 19),
+# FI_SITE (flashinfer install, default /tmp/site), PY (python with torch + apache-tvm-ffi),
+# CUDA_HOME (default /usr/local/cuda), INSTALL_DIR. docs/flashinfer-moe.md explains each step.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
+MODULE=${MODULE:-fused_moe_90_w4a16}
 FIMOE_ROOT=${FIMOE_ROOT:-/tmp/fimoe}
 JOBS=${JOBS:-2}
 NICE=${NICE:-19}
@@ -25,17 +28,20 @@ export PYTHONPATH="$FI_SITE${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHINFER_WORKSPACE_BASE="$FIMOE_ROOT/ws"
 export FLASHINFER_CUDA_ARCH_LIST="9.0a"
 
+suffix=""
+[ "$MODULE" = fused_moe_90_w4a16 ] || suffix=".$MODULE"
+marker="$FIMOE_ROOT/BUILD_DONE$suffix"
 mkdir -p "$FIMOE_ROOT/out" "$FIMOE_ROOT/link"
-rm -f "$FIMOE_ROOT/BUILD_DONE"
-log="$FIMOE_ROOT/build.log"
+rm -f "$marker"
+log="$FIMOE_ROOT/build$suffix.log"
 exec > >(tee -a "$log") 2>&1
 start=$(date +%s)
 finish() {
   local rc=$?
   local status="ok"
   [ $rc -eq 0 ] || status="failed rc=$rc"
-  echo "$status $(( $(date +%s) - start ))s $(date -u +%FT%TZ)" > "$FIMOE_ROOT/BUILD_DONE"
-  echo "== $status; marker $FIMOE_ROOT/BUILD_DONE"
+  echo "$status $(( $(date +%s) - start ))s $(date -u +%FT%TZ)" > "$marker"
+  echo "== $status; marker $marker"
 }
 trap finish EXIT
 
@@ -43,8 +49,8 @@ trap finish EXIT
 [ -d "$FI_SITE/flashinfer" ] || { echo "no flashinfer in $FI_SITE"; exit 2; }
 
 # Headers a minimal CUDA toolkit (this CPU box: nvcc + cudart only) lacks, and libnvrtc.so.13
-# (the binding links -lnvrtc for DeepGEMM's NVRTC JIT). A full toolkit has them all; else take
-# them from the CUDA 13.0 PyPI wheels (headers only; the .so only to link against).
+# (the MoE binding links -lnvrtc for DeepGEMM's NVRTC JIT). A full toolkit has them all; else
+# take them from the CUDA 13.0 PyPI wheels (headers; the .so only to link against).
 extra_inc=""
 need_wheels=()
 [ -f "$CUDA_HOME/include/nvrtc.h" ] || need_wheels+=("nvidia-cuda-nvrtc>=13.0,<13.1")
@@ -79,26 +85,28 @@ export FLASHINFER_EXTRA_CFLAGS="$extra_inc"
 export FLASHINFER_EXTRA_LDFLAGS="-L$FIMOE_ROOT/link"
 # Per-TU wall / user / sys seconds and peak RSS (KB) via a compiler launcher (FlashInfer's own
 # hook), so a contended 2-core box still yields CPU seconds to extrapolate from.
-times="$FIMOE_ROOT/tu_times.txt"
+times="$FIMOE_ROOT/tu_times$suffix.txt"
 export FLASHINFER_NVCC_LAUNCHER="/usr/bin/time -a -o $times -f '%e %U %S %M %C'"
 export FLASHINFER_CXX_LAUNCHER="$FLASHINFER_NVCC_LAUNCHER"
 
-echo "== writing reduced spec ($(date -u +%T))"
-"$PY" "$here/fi_moe_build_spec.py" write > "$FIMOE_ROOT/out/build.json"
-build_dir=$("$PY" -c "import json,sys;print(json.load(open(sys.argv[1]))['build_dir'])" "$FIMOE_ROOT/out/build.json")
-lib=$("$PY" -c "import json,sys;print(json.load(open(sys.argv[1]))['library'])" "$FIMOE_ROOT/out/build.json")
+echo "== writing spec for $MODULE ($(date -u +%T))"
+"$PY" "$here/fi_moe_build_spec.py" write --module "$MODULE" > "$FIMOE_ROOT/out/$MODULE.build.json"
+field() { "$PY" -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$FIMOE_ROOT/out/$MODULE.build.json" "$1"; }
+build_dir=$(field build_dir)
+lib=$(field library)
 
 echo "== ninja -j$JOBS (nice $NICE) in $build_dir ($(date -u +%T))"
 nice -n "$NICE" ninja -C "$build_dir" -f "$build_dir/build.ninja" -j "$JOBS" -k 0
 
 echo "== linked $(du -h "$lib" | cut -f1) $lib"
-cp "$lib" "$FIMOE_ROOT/out/fused_moe_90_w4a16.so"
-strip --strip-unneeded "$FIMOE_ROOT/out/fused_moe_90_w4a16.so"
-"$PY" "$here/fi_moe_inspect_so.py" "$FIMOE_ROOT/out/fused_moe_90_w4a16.so" "$build_dir/.ninja_log" "$times" \
-  > "$FIMOE_ROOT/out/so_report.json" || echo "warning: inspection failed"
+so="$FIMOE_ROOT/out/$MODULE.so"
+cp "$lib" "$so"
+strip --strip-unneeded "$so"
+"$PY" "$here/fi_moe_inspect_so.py" "$so" "$build_dir/.ninja_log" "$times" > "$FIMOE_ROOT/out/$MODULE.report.json" \
+  || echo "warning: inspection failed"
 if [ -n "${INSTALL_DIR:-}" ]; then
   mkdir -p "$INSTALL_DIR"
-  cp "$FIMOE_ROOT/out/fused_moe_90_w4a16.so" "$FIMOE_ROOT/out/so_report.json" "$INSTALL_DIR/"
+  cp "$so" "$FIMOE_ROOT/out/$MODULE.report.json" "$INSTALL_DIR/"
   echo "== installed into $INSTALL_DIR"
 fi
 ls -la "$FIMOE_ROOT/out"

@@ -7,18 +7,26 @@ units plus 26 hand-written sources; only 23 of the generated TUs (184 kernel lau
 W4A16 path (``use_w4_group_scaling=True``, bf16 activations, uint8 MXFP4 weights). We take
 FlashInfer's own JitSpec (same flags, include paths and sources, produced by
 ``flashinfer.jit.fused_moe.gen_cutlass_fused_moe_sm90_module``), drop the other 197
-generated TUs and write the ninja file under our own module name. Nothing is copied from
+generated TUs and the 13 hand-written ``moe_gemm_kernels_<act>_<weight>.cu`` of other dtype
+pairs (each only instantiates that pair's ``MoeGemmRunner``), and write the ninja file under
+our own module name. Nothing is copied from
 FlashInfer: every source compiled is the installed package's own file.
 
-The launchers of the dropped TUs stay *undefined* in the .so. tvm-ffi opens modules with
+The functions of the dropped TUs stay *undefined* in the .so (the binding still
+instantiates every ``CutlassMoeFCRunner`` type: their vtables live in the kept
+``cutlass_fused_moe_instantiation.cu``, so no *data* symbol goes missing). tvm-ffi opens modules with
 ``dlopen(RTLD_LAZY | RTLD_LOCAL)`` and we link with ``-z lazy``, so the module loads and
 every function of the W4A16 path works; calling any other dtype path of this module ends
 the process with "symbol lookup error". docs/flashinfer-moe.md explains the recipe.
 
+``--module fp4_quantization_90`` writes FlashInfer's own, unreduced spec of that module
+instead (7 sources; it holds ``block_scale_interleave`` and ``e2m1_and_ufp8sf_scale_to_float``,
+the SM90-safe helpers the smoke test uses as oracles).
+
 Usage (env: PYTHONPATH with flashinfer, FLASHINFER_WORKSPACE_BASE, FLASHINFER_CUDA_ARCH_LIST=9.0a)::
 
-    python scripts/fi_moe_build_spec.py write   # writes build.ninja, prints a JSON manifest
-    python scripts/fi_moe_build_spec.py count   # TU counts only
+    python scripts/fi_moe_build_spec.py write [--module NAME]  # writes build.ninja, prints a JSON manifest
+    python scripts/fi_moe_build_spec.py count                  # TU counts only
 """
 
 from __future__ import annotations
@@ -36,12 +44,20 @@ W4A16_LAUNCHER = re.compile(r"sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bf
 INSTANTIATION = re.compile(r"^\s*template void |INSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM\(", re.M)
 
 
+#: hand-written ``moe_gemm_kernels_<act>_<weight>.cu`` each instantiate one MoeGemmRunner (no
+#: virtual functions, so nothing but functions goes missing without them); W4A16 uses bf16_fp4.
+MOE_GEMM_RUNNER_TU = re.compile(r"^moe_gemm_kernels_(\w+)\.cu$")
+W4A16_RUNNER = "bf16_fp4"
+
+
 def _classify(sources: list[Path]) -> dict[str, list[Path]]:
-    """Split the full source list: hand-written, generated-needed, generated-dropped."""
-    out: dict[str, list[Path]] = {"handwritten": [], "generated_w4a16": [], "generated_dropped": []}
+    """Split the full source list into what the W4A16 path needs and what it does not."""
+    out: dict[str, list[Path]] = {"handwritten": [], "handwritten_dropped": [],
+                                  "generated_w4a16": [], "generated_dropped": []}
     for src in sources:
         if not src.name.endswith(".generated.cu"):
-            out["handwritten"].append(src)
+            m = MOE_GEMM_RUNNER_TU.match(src.name)
+            out["handwritten_dropped" if m and m.group(1) != W4A16_RUNNER else "handwritten"].append(src)
             continue
         text = src.read_text()
         n_all = len(INSTANTIATION.findall(text))
@@ -76,10 +92,26 @@ def reduced_spec():
     return full, spec, parts
 
 
+def fp4_quantization_spec():
+    """FlashInfer's fp4_quantization_90 JitSpec, as FlashInfer builds it."""
+    from flashinfer.jit.fp4_quantization import gen_fp4_quantization_sm90_module
+
+    return gen_fp4_quantization_sm90_module()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["write", "count"])
+    ap.add_argument("--module", default=MODULE_NAME, choices=[MODULE_NAME, "fp4_quantization_90"])
     args = ap.parse_args()
+    if args.module == "fp4_quantization_90":
+        spec = fp4_quantization_spec()
+        if args.action == "write":
+            spec.write_ninja()
+        print(json.dumps({"module": spec.name, "build_dir": str(spec.build_dir),
+                          "library": str(spec.jit_library_path), "ninja": str(spec.ninja_path),
+                          "sources": [str(s) for s in spec.sources]}, indent=1))
+        return
     full, spec, parts = reduced_spec()
     manifest = {
         "module": spec.name,
@@ -87,7 +119,9 @@ def main() -> None:
         "library": str(spec.jit_library_path),
         "ninja": str(spec.ninja_path),
         "full_sources": len(full.sources),
-        "handwritten_sources": len(parts["handwritten"]),
+        "handwritten_sources": len(parts["handwritten"]) + len(parts["handwritten_dropped"]),
+        "handwritten_kept": len(parts["handwritten"]),
+        "handwritten_dropped": [p.name for p in parts["handwritten_dropped"]],
         "generated_total": len(parts["generated_w4a16"]) + len(parts["generated_dropped"]),
         "generated_w4a16": len(parts["generated_w4a16"]),
         "instantiations_total": _instantiations(parts["generated_w4a16"] + parts["generated_dropped"]),

@@ -66,7 +66,11 @@ def test_real_torch_meta_checks_accept_the_prepared_arguments(monkeypatch, varia
         return out.copy_(res)
 
     be = cls(api=TorchScaledMMAPI("meta", v1, v2))
-    for problem in SHAPES:
+    # torch 2.13's *meta* check for MXFP4 in _scaled_mm_v2 counts scale columns from the packed
+    # K/2 (ceil(K/2/32)); its CUDA check (ScaledBlas.cpp, _scaled_mxfp4_mxfp4) and v1 use K/32.
+    # The two agree only for K <= 128, so MXFP4 is checked on those shapes here.
+    shapes = [p for p in SHAPES if fmt == "nvfp4" or p.k <= 128]
+    for problem in shapes:
         out = _run(be, problem, make_operands(problem, fmt, fmt), META)
         assert out.shape == (problem.m, problem.n) and out.dtype == torch.bfloat16
 

@@ -132,3 +132,16 @@ def test_bad_inputs_name_the_problem() -> None:
     dense = make_operands(GemmProblem(4, 32, 64), "bf16", "bf16")
     with pytest.raises(TypeError, match="MoE operands"):
         reference_moe(dense)
+
+
+def test_error_bound_covers_the_roundings_it_models() -> None:
+    """Dropping every intermediate rounding moves the result by less than the bound, which
+    allows one full bf16 ulp per intermediate (each rounding is at most half of one)."""
+    from fp4bench.reference_moe import moe_error_bound
+
+    ops = make_operands(_problem(t=8, h=128, i=64), "bf16", "mxfp4", seed=8)
+    ref = reference_moe(ops, intermediate="bf16")
+    bound = moe_error_bound(ops, ref, "bf16")
+    exact = reference_moe(ops, intermediate="fp32")
+    assert bool(((exact - ref).abs() <= bound).all())
+    assert float(bound.max()) < 0.25 * float(ref.abs().max())   # still far below an O(|ref|) bug

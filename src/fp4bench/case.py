@@ -167,7 +167,8 @@ class CaseRunner:
             "tactic": tactic.label, "problem": problem.id, "kind": problem.kind,
             "model": o.model, "batch": o.batch, "tp": o.tp, "routing": o.routing, "role": o.role,
             "act_format": backend.act_format, "weight_format": backend.weight_format,
-            "l2": "cold (rotating copies)" if self.cold_l2 else "hot",
+            # rotating copies are only made on CUDA (``_rotating_calls``): a CPU run is cache-hot
+            "l2": "cold (rotating copies)" if self.cold_l2 and self.device.type == "cuda" else "hot",
         }
         if problem.kind == "dense":
             info.update(m=problem.m, n=problem.n, k=problem.k)

@@ -324,6 +324,13 @@ def _gate(request, benchmark, st: Fp4Session, spec, backend, base, fullname: str
             if v2.status is not Status.FAIL:
                 v = v2
                 st.measured[fullname] = (list(again.timing.samples_s), dict(again.extra_info))
+                # the JSON (a candidate baseline) must hold the samples that were judged, not
+                # the suspect first measurement
+                from fp4bench.measure.timing import record_in_benchmark
+
+                benchmark.extra_info.update(again.extra_info)
+                record_in_benchmark(benchmark, again.timing)
+                st.rows[-1] = _row(spec, again)
     benchmark.extra_info["verdict"] = str(v.status)
     if v.status is Status.FAIL:
         pytest.fail(v.message(), pytrace=False)

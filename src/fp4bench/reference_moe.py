@@ -167,6 +167,36 @@ def reference_moe(
     return out
 
 
+#: how far one intermediate may move when a kernel's fp32 summation order flips one of its
+#: roundings (module docstring): bf16 path -- gate/up, activation and GEMM2 output each one bf16
+#: ulp (2^-8 relative), the gate's through silu (|g*silu'(g)/silu(g)| <= 1.1): 2^-8 * 4.1 < 2^-6;
+#: NVFP4 path -- one E2M1 step of the re-quantized activation (at most 1/3 of the block max
+#: over 2, i.e. 2/6 relative to the block amax): 1/3; fp32: only the summation-order term.
+_FLIP = {"bf16": 2.0 ** -6, "nvfp4": 1.0 / 3.0, "fp32": 0.0}
+
+
+def moe_error_bound(ops: Operands, ref: torch.Tensor, intermediate: Intermediate = "bf16",
+                    fc2_act_global_scale: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Elementwise bound on ``|kernel - reference_moe|`` for a correct kernel on the same bytes.
+
+    ``2^-8 |ref|`` (the output's bf16 store) ``+ (FLIP + (I + H) 2^-24) * M`` with
+    ``M[t, h] = Σ_k w_k Σ_j |act_kj| |W2_k[h, j]|`` -- the magnitude sum through which a flipped
+    intermediate rounding (``FLIP``, worst case all of them) or fp32 reordering (Higham's
+    γ_K-style term) can reach the output. Rigorous and therefore loose (M is about sqrt(I)
+    times |ref| on random data): it catches layout and scale bugs, which are O(|ref|); report
+    ``max|out-ref| / max|ref|`` next to it for finer regressions.
+    """
+    _check(ops, "swiglu", intermediate, fc2_act_global_scale)
+    p: MoEProblem = ops.problem
+    x = _decoded_activations(ops)
+    mag = torch.zeros((p.num_tokens, p.hidden), dtype=torch.float32, device=x.device)
+    for e, tok_e, wts_e in _routed_groups(ops):
+        act = _swiglu_input(ops, x, e, tok_e, intermediate).abs()
+        mag.index_add_(0, tok_e, (act @ decoded_expert_weight(ops.qw2, ops.w2, e).abs().t()) * wts_e[:, None])
+    per = _FLIP[intermediate] + (p.inter + p.hidden) * 2.0 ** -24
+    return 2.0 ** -8 * ref.abs() + per * mag + torch.finfo(torch.float32).tiny
+
+
 def unquantized_moe(ops: Operands, activation: str = "swiglu") -> torch.Tensor:
     """The same layer on the bf16 originals in fp32 (quantization-loss metric, not pass/fail)."""
     plain = Operands(ops.problem, "bf16", "bf16", ops.a, ops.w, w2=ops.w2,

@@ -6,8 +6,10 @@
   and part of the timed op (torchao and vLLM do the same), and it rounds the output to bf16
   twice (before and after the multiply).
 * ``cublaslt-v2`` (NVFP4): two-level decode scales ``[swizzled block scales, 1/gs]`` with recipes
-  ``[BlockWise1x16, TensorWise]`` and swizzles ``[SWIZZLE_32_4_4, NO_SWIZZLE]``; cuBLASLt folds the
-  product of the two global decode scales into its alpha, one kernel, one rounding.
+  ``[BlockWise1x16, TensorWise]`` and swizzles ``[SWIZZLE_32_4_4, NO_SWIZZLE]``; cuBLASLt takes the
+  product of the two global decode scales as its alpha, one output rounding. (torch forms that
+  product with a tensor multiply on every call, ``ScaledBlas.cpp`` ``_scaled_nvfp4_nvfp4``: a tiny
+  extra kernel inside the timed op.)
 * ``cublaslt-v2-mxfp4``: ``BlockWise1x32`` e8m0 scales, single level. torch routes it to
   FBGEMM/MSLK ``f4f4bf16``, gated ``major == 10`` (B200/B300) by torch itself.
 

@@ -351,14 +351,26 @@ class _FlashInferCutlassMoE(Backend):
         args["workspace_buffer"] = torch.empty(ws, dtype=torch.uint8, device=device)
         args["token_selected_experts"] = operands.topk_ids.to(device=device, dtype=torch.int32).contiguous()
         args["token_final_scales"] = operands.topk_weights.to(device=device, dtype=torch.float32).contiguous()
-        r = self.lib.tactic_runner(self._arch(device), x_dtype, w_dtype, k, w4)
-        n1 = int(r.get_gemm1_tactic_count())
-        valid = set(int(v) for v in r.get_valid_tactics_for_shape(1, 2 * i, h))
-        valid |= set(int(v) for v in r.get_valid_tactics_for_shape(2, h, i))
         out = torch.empty((t, h), dtype=torch.bfloat16, device=device)
-        meta = {"valid_tactics": valid, "occupancy": r.get_tactic_occupancy, "n1": n1}
-        meta.update({key[1:]: args.pop(key) for key in [k for k in args if k.startswith("_")]})
+        meta: dict[str, Any] = {"unusable": self._unusable_tactics(problem, device)}
+        meta.update({name[1:]: args.pop(name) for name in [n for n in args if n.startswith("_")]})
         return Prepared(problem=problem, out=out, args={"call": args, "meta": meta})
+
+    def _unusable_tactics(self, p: MoEProblem, device: torch.device) -> dict[int, str]:
+        """Tactic id -> why the library cannot run it here (asked once, outside the timed region)."""
+        x_dtype, w_dtype, w4 = self._runner_args()
+        r = self.lib.tactic_runner(self._arch(device), x_dtype, w_dtype, p.top_k, w4)
+        n1, n2 = int(r.get_gemm1_tactic_count()), int(r.get_gemm2_tactic_count())
+        valid = {int(v) for v in r.get_valid_tactics_for_shape(1, 2 * p.inter, p.hidden)}
+        valid |= {int(v) for v in r.get_valid_tactics_for_shape(2, p.hidden, p.inter)}
+        bad: dict[int, str] = {}
+        for tid in range(n1 + n2):
+            gemm, n, k = (1, 2 * p.inter, p.hidden) if tid < n1 else (2, p.hidden, p.inter)
+            if tid not in valid:
+                bad[tid] = f"FlashInfer marks GEMM{gemm} tactic {tid} invalid for N={n}, K={k}"
+            elif int(r.get_tactic_occupancy(tid)) <= 0:
+                bad[tid] = f"GEMM{gemm} tactic {tid} has zero occupancy on this GPU"
+        return bad
 
     def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> list[int]:
         if tactic.value is None:  # DEFAULT_TACTIC: the library's defaults, no autotuning
@@ -367,14 +379,10 @@ class _FlashInferCutlassMoE(Backend):
             g1, g2 = (int(v) for v in tactic.value)
         except (TypeError, ValueError):
             raise ValueError(f"{self.name}: tactic value must be a (gemm1, gemm2) pair, got {tactic.value!r}") from None
-        meta = prepared.args["meta"]
+        unusable = prepared.args["meta"]["unusable"]
         for tid in (g1, g2):
-            if tid == DEFAULT:
-                continue
-            if tid not in meta["valid_tactics"]:
-                raise TacticUnsupported(f"{tactic.label}: FlashInfer marks tactic {tid} invalid for this shape")
-            if int(meta["occupancy"](tid)) <= 0:
-                raise TacticUnsupported(f"{tactic.label}: tactic {tid} has zero occupancy on this GPU")
+            if tid in unusable:
+                raise TacticUnsupported(f"{tactic.label}: {unusable[tid]}")
         return [g1, g2]
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
