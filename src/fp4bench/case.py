@@ -1,5 +1,10 @@
 """One benchmark case as a plain object: backend × problem × tactic -> checked, timed record.
 
+Cross-backend agreement needs no separate check: every backend is held to the same
+elementwise bound around the reference decoded from the *same bytes*, so two passing
+backends agree within twice that bound by the triangle inequality (a second comparison
+could never fail on its own).
+
 Order matters and is fixed here, not in pytest: availability gate -> shape gate -> operands
 (quantized once, cached) -> prepare -> correctness (a failed check skips timing) -> kernel
 names (profiler, untimed) -> GPU timing with NVML sampling -> extra_info. The pytest plugin

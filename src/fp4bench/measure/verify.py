@@ -17,7 +17,7 @@ here is tuned to make a backend pass.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -43,6 +43,7 @@ class CheckResult:
     sqnr_db: float = math.nan  # vs the same-bytes reference
     e2e_cosine: float = math.nan  # vs the unquantized bf16 product (quantization loss, recorded)
     e2e_sqnr_db: float = math.nan
+    output: torch.Tensor | None = field(default=None, repr=False, compare=False)  # the checked output
 
     @property
     def ok(self) -> bool:
@@ -119,6 +120,7 @@ def check_case(run: Callable[[], torch.Tensor], out: torch.Tensor, ref: torch.Te
     if out.is_cuda:
         torch.cuda.synchronize(out.device)
     res = classify(first, second.float(), ref.float(), bound)
+    res.output = second
     if unquantized is not None and res.kind in (OK, MISMATCH):
         res.e2e_cosine = cosine(unquantized, second.float())
         res.e2e_sqnr_db = sqnr_db(unquantized, second.float())
