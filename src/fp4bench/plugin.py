@@ -72,6 +72,7 @@ class Fp4Session:
     deselected: set[str] = field(default_factory=set)
     collected: set[str] = field(default_factory=set)
     failed_tests: int = 0
+    usage_error: str | None = None  # a bad --fp4-* value found while parametrizing
     health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
     ready: bool = False
 
@@ -194,16 +195,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "fp4_case" not in metafunc.fixturenames:
         return
     st = _state(metafunc.config)
-    st.setup()
     marker = metafunc.definition.get_closest_marker("fp4")
     kind = marker.kwargs.get("kind") if marker else None
     from fp4bench.backends.registry import all_backends
     from fp4bench.sweep import cases_for
 
     try:
+        st.setup()  # loads --fp4-plugin modules
         st.sweep = opts = st.sweep_options()
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    except (ValueError, pytest.UsageError) as exc:
+        # raised here, pytest would report a collection error with a traceback (exit 2); a bad
+        # option value is a usage error (one line, exit 4): raised once collection is done
+        st.usage_error = f"fp4bench: {exc}"
+        metafunc.parametrize("fp4_case", [], ids=[])
+        return
     if kind and kind not in opts.kinds:
         specs = []
     else:
@@ -212,7 +217,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    _state(config).collected.update(i.nodeid for i in items)
+    st = _state(config)
+    if st.usage_error:
+        raise pytest.UsageError(st.usage_error)
+    st.collected.update(i.nodeid for i in items)
 
 
 def pytest_deselected(items: list) -> None:

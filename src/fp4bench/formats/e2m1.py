@@ -39,14 +39,15 @@ def encode_(s: torch.Tensor) -> torch.Tensor:
     ``2|x|`` by ``2^r`` (exact: powers of two), and ``round_`` (round half to even) gives an
     integer k whose parity is the mantissa bit, so ties go to m = 0. Then ``code = k + 2r``:
     region 0: k in 0..4 -> codes 0..4; region 1: k in 2..4 -> 4..6; region 2: k in 2..3 -> 6..7.
-    The sign bit comes from ``signbit`` (so -0.0 and small negatives give 0x8).
+    With the sign: ``k + 2*[|x| >= 2] + 2*[|x| >= 4] + 8*signbit(x)`` (-0.0 and small negatives -> 0x8).
     """
     sign = torch.signbit(s).view(torch.uint8)
     s.abs_().clamp_(max=E2M1_MAX)
-    region = (s >= 2.0).view(torch.uint8) + (s >= 4.0).view(torch.uint8)
-    s.mul_(2.0).div_(torch.ones_like(region).bitwise_left_shift_(region))
-    codes = s.round_().to(torch.uint8)
-    return codes.add_(region, alpha=2).bitwise_or_(sign.bitwise_left_shift_(3))
+    ge2 = (s >= 2.0).view(torch.uint8)
+    ge4 = (s >= 4.0).view(torch.uint8)
+    div = (ge2 + 1).add_(ge4, alpha=2)  # 2^r in {1, 2, 4}
+    codes = s.mul_(2.0).div_(div).round_().to(torch.uint8)
+    return codes.add_(ge2, alpha=2).add_(ge4, alpha=2).add_(sign, alpha=8)
 
 
 def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
@@ -80,6 +81,11 @@ def pack_fp4(codes: torch.Tensor) -> torch.Tensor:
     if codes.numel() and int(codes.max()) > 15:
         raise ValueError(f"pack_fp4: codes must be in 0..15, got max {int(codes.max())} in tensor of "
                          f"shape {tuple(codes.shape)}")
+    return pack_unchecked(codes)
+
+
+def pack_unchecked(codes: torch.Tensor) -> torch.Tensor:
+    """``pack_fp4`` without validation, for codes the quantizers just produced (hot path)."""
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
 
 

@@ -25,7 +25,7 @@ import torch
 
 from fp4bench.formats._checks import check_block_dim, check_dtype, check_floating, raise_non_finite
 from fp4bench.formats._blocks import as_kernel_input, block_amax
-from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, encode_, pack_fp4, unpack_fp4
+from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, encode_, pack_unchecked, unpack_fp4
 
 MXFP4_BLOCK = 32
 E8M0_BIAS = 127
@@ -95,7 +95,7 @@ def mxfp4_quantize(x: torch.Tensor, scale_rounding: ScaleRounding = "rceil") -> 
     codes = encode_(blocks / e8m0_to_float(sbytes))
     if bool(zero.any()):
         codes.masked_fill_(zero, 0)
-    return MXFP4(data=pack_fp4(codes.reshape(*lead, k)), scales=sbytes.reshape(*lead, k // MXFP4_BLOCK))
+    return MXFP4(data=pack_unchecked(codes.reshape(*lead, k)), scales=sbytes.reshape(*lead, k // MXFP4_BLOCK))
 
 
 def mxfp4_dequantize(q: MXFP4) -> torch.Tensor:

@@ -34,7 +34,7 @@ from fp4bench.formats._checks import (
     raise_non_finite,
 )
 from fp4bench.formats._blocks import as_kernel_input, block_amax
-from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, encode_, pack_fp4, unpack_fp4
+from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, encode_, pack_unchecked, unpack_fp4
 
 NVFP4_BLOCK = 16
 E4M3_MAX = 448.0
@@ -138,7 +138,7 @@ def nvfp4_quantize(x: torch.Tensor, global_scale: torch.Tensor | float | None = 
     codes = encode_(blocks * oscale)
     if bool(zero.any()):
         codes.masked_fill_(zero, 0)
-    return NVFP4(data=pack_fp4(codes.reshape(*lead, k)),
+    return NVFP4(data=pack_unchecked(codes.reshape(*lead, k)),
                  scales=sf.reshape(*lead, k // NVFP4_BLOCK), global_scale=gs)
 
 

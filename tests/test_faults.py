@@ -1,0 +1,62 @@
+"""The fault-injection backends through the real CaseRunner: each imitated upstream bug must be
+caught and named by its own kind, and only where it is injected."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp4bench.backends.base import DEFAULT_TACTIC
+from fp4bench.case import FAILED, MEASURED, CaseRunner
+from fp4bench.measure.timing import TimingConfig
+from fp4bench.measure.verify import ALL_ZERO, MISMATCH, NAN_INF, UNWRITTEN
+from fp4bench.problems import GemmProblem
+from fp4bench.testing import faults
+
+CPU = torch.device("cpu")
+FAST = TimingConfig(mode="cpu", warmup_calls=0, min_samples=3, max_samples=3, time_budget_s=0.0,
+                    target_rel_ci=None)  # timing is not the subject here
+BACKENDS = {b.name: b for b in faults.BACKENDS}
+
+
+@pytest.fixture(scope="module")
+def runner() -> CaseRunner:
+    return CaseRunner(CPU, FAST)
+
+
+def test_all_fault_backends_are_cpu_dense_nvfp4():
+    assert set(BACKENDS) == {"fault-zero-band", "fault-unwritten", "fault-nan", "fault-bitflip"}
+    for b in BACKENDS.values():
+        assert b.availability(CPU).ok and b.kinds == {"dense"} and b.act_format == "nvfp4"
+
+
+@pytest.mark.parametrize("m", [1, 2, 16, 31, 32, 33, 64, 512, 1536, 1537, 2048])
+def test_zero_band_is_all_zero_exactly_inside_32_to_1536(runner, m):
+    res = runner.run(BACKENDS["fault-zero-band"], GemmProblem(m, 64, 128), DEFAULT_TACTIC)
+    if 32 <= m <= 1536:
+        assert res.status == FAILED and res.check.kind == ALL_ZERO
+        assert res.reason.startswith(f"all-zero output: all {m * 64} outputs are 0 while max|ref| = ")
+        assert res.timing is None
+    else:
+        assert res.status == MEASURED and res.check.kind == "ok", res.reason
+
+
+@pytest.mark.parametrize(("m", "tiles"), [(100, "[0]"), (200, "[1]"), (300, "[2]")])
+def test_unwritten_last_tile(runner, m, tiles):
+    res = runner.run(BACKENDS["fault-unwritten"], GemmProblem(m, 64, 128), DEFAULT_TACTIC)
+    assert res.status == FAILED and res.check.kind == UNWRITTEN
+    rows = m - (m - 1) // 128 * 128
+    assert res.reason == f"unwritten tiles: {rows * 64} elements in 1 row-tile(s) of 128 {tiles}"
+
+
+def test_nan(runner):
+    res = runner.run(BACKENDS["fault-nan"], GemmProblem(40, 64, 128), DEFAULT_TACTIC)
+    assert res.status == FAILED and res.check.kind == NAN_INF
+    assert res.reason == "NaN/Inf: 1 elements in 1 row-tile(s) of 128 [0]"
+
+
+@pytest.mark.parametrize("m", [1, 40, 300])
+def test_bitflip(runner, m):
+    res = runner.run(BACKENDS["fault-bitflip"], GemmProblem(m, 64, 128), DEFAULT_TACTIC)
+    assert res.status == FAILED and res.check.kind == MISMATCH
+    assert res.reason.startswith(f"mismatch: 1/{m * 64} elements beyond the bound")

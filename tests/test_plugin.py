@@ -1,0 +1,319 @@
+"""The pytest plugin end to end, in-process with ``pytester`` on the real benchmark file.
+
+Real CPU rows (torch-bf16, torch-reference) show the run / skip / save path. The timing gate is
+exercised with ``steady-spin`` (defined here, loaded with ``--fp4-plugin``): a bf16 backend whose
+call is a fixed 1 ms busy-wait, so verdicts do not depend on how busy this shared 2-core machine
+is. Its numbers are the gate's input; how the gate decides is tested in test_verdict.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+# Imported here, not first inside an inner run: pytester drops modules an inline run imported, so
+# each run would re-import them (scipy.stats alone takes seconds), and the fault backends would be
+# new objects every time.
+import fp4bench.case  # noqa: F401
+import fp4bench.env  # noqa: F401
+import fp4bench.gate.verdict  # noqa: F401
+import fp4bench.measure.peaks  # noqa: F401
+import fp4bench.report  # noqa: F401
+import fp4bench.sweep  # noqa: F401
+import fp4bench.testing.faults  # noqa: F401
+from _benchjson import H200, bench_entry, bench_json, write
+from fp4bench.backends import registry
+from fp4bench.backends.base import Availability, Prepared, Tactic
+from fp4bench.backends.torch_bf16 import TorchBF16
+
+pytest_plugins = ["pytester"]
+
+BENCH_FILE = (Path(__file__).resolve().parents[1] / "bench" / "test_fp4_gemm.py").read_text()
+# GLM-5 shared-expert dense GEMMs at decode batch 1, TP 8: M1 N512 K6144 and M1 N6144 K256
+TINY = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-rs", "--fp4-batches", "1", "--fp4-tp", "8",
+        "--fp4-time-budget", "0.05", "--fp4-min-samples", "3", "--fp4-kinds", "dense"]
+GATE = TINY[:-4] + ["--fp4-kinds", "dense", "--fp4-min-samples", "15", "--fp4-plugin", __name__,
+                    "--fp4-backends", "steady-spin",
+                    # CPU wall clock on a shared machine drifts between runs more than the GPU default
+                    # 5 % floor allows; the regressions injected below are +67 %
+                    "--fp4-floor", "20"]
+GATE_IDS = ["test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144]",
+            "test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]"]
+
+
+def _spin(seconds: float) -> None:
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+
+class SteadySpin(TorchBF16):
+    """Correct bf16 output (computed once in prepare), then a fixed busy-wait per call.
+
+    ``slow_first`` makes the first prepared case 1.7x slower: a suspect that the confirm step
+    re-measures at normal speed."""
+
+    name = "steady-spin"
+    kinds = frozenset({"dense"})
+    api = "test-only: precomputed torch.mm result + 1 ms busy-wait"
+
+    def __init__(self) -> None:
+        self.spin_s, self.slow_first, self.prepares = 1e-3, False, 0
+
+    def availability(self, device: torch.device) -> Availability:
+        return Availability.yes(torch.__version__)
+
+    def prepare(self, problem, operands, device) -> Prepared:
+        prep = super().prepare(problem, operands, device)
+        self.prepares += 1
+        torch.mm(prep.args["a"], prep.args["wt"], out=prep.out)
+        prep.args["result"] = prep.out.clone()
+        prep.args["spin_s"] = self.spin_s * (1.7 if self.slow_first and self.prepares == 1 else 1.0)
+        return prep
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        prepared.out.copy_(prepared.args["result"])
+        _spin(prepared.args["spin_s"])
+        return prepared.out
+
+
+STEADY = SteadySpin()
+BACKENDS = [STEADY]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_registry(monkeypatch):
+    """Inner runs register plugin backends into the process-wide registry: undo that per test."""
+    registry.all_backends()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    monkeypatch.setattr(STEADY, "slow_first", False)
+    monkeypatch.setattr(STEADY, "prepares", 0)
+
+
+@pytest.fixture
+def bench(pytester):
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    return pytester
+
+
+def _outcomes(res) -> dict:
+    """passed / failed / errors (the empty grouped and moe parametrizations are always skipped)."""
+    return {k: v for k, v in res.parseoutcomes().items() if k in ("passed", "failed", "errors")}
+
+
+def _save(bench, name="base.json", *extra) -> dict:
+    res = bench.runpytest(*GATE, "--fp4-save-baseline", name, *extra)
+    assert res.ret == 0, res.stdout.str()
+    return json.loads((bench.path / name).read_text())
+
+
+def _write(bench, name, data) -> str:
+    (bench.path / name).write_text(json.dumps(data))
+    return name
+
+
+# --- (a) + (b): a CPU run, GPU rows skipped, a candidate baseline written ----------------------
+
+
+def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
+    res = bench.runpytest(*TINY[:-2], "--fp4-kinds", "dense,grouped", "-v", "--fp4-save-baseline", "cand.json")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    # the two CPU rows ran on both GLM-5 shared-expert GEMMs
+    assert _outcomes(res)["passed"] == 4
+    for backend in ("torch-bf16", "torch-reference"):
+        for shape in ("shared_gate_up-m1n512k6144", "shared_down-m1n6144k256"):
+            assert f"test_dense[{backend}-default-glm-5-b1-tp8-uniform-{shape}] PASSED" in out
+    # every GPU backend is skipped on both problems of its kind, each with its reason
+    for count, reason in ((2, "flashinfer-cutlass: no CUDA device"), (2, "sgl-kernel: no CUDA device"),
+                          (2, "cublaslt: no CUDA device"), (2, "sgl-kernel-group: no CUDA device"),
+                          (4, "torch-fp8: no CUDA device (torch FP8 scaled matmul has no CPU rowwise kernel)")):
+        assert re.search(rf"^SKIPPED \[{count}\] \S+: {re.escape(reason)}$", out, re.M), reason
+    # grouped GLM-5 layers are too big to draw on a CPU: skipped, with the size
+    sizes = re.findall(r"^SKIPPED \[2\] \S+: grouped operands need (\d+\.\d) GiB; not drawn on a CPU-only "
+                       r"machine \(limit 2 GiB\)$", out, re.M)
+    assert sorted(sizes) == ["2.3", "4.5"]  # gate_up and down of all 256 experts, torch-bf16 and -reference
+    assert "fp4bench results (CPU)" in out and "candidate baseline written to cand.json" in out
+    assert "was not used at all" not in out
+
+    data = json.loads((bench.path / "cand.json").read_text())
+    sec = data["fp4bench"]
+    assert sec["schema"] == 1 and sec["fingerprint"]["gpu_slug"] == "cpu" and sec["clean"] is True
+    assert sec["sweep"]["kinds"] == ["dense", "grouped"] and sec["sweep"]["tps"] == [8]
+    assert sec["availability"] == {
+        f"{b}|glm-5-b1-tp8-uniform-{s}|default": "ok"
+        for b in ("torch-bf16", "torch-reference") for s in ("shared_gate_up-m1n512k6144", "shared_down-m1n6144k256")}
+    benches = {b["fullname"]: b for b in data["benchmarks"]}
+    assert len(benches) == 4
+    for b in benches.values():
+        raw = b["stats"]["data"]
+        assert len(raw) >= 3 and all(isinstance(x, float) and 0 < x < 5 for x in raw)
+        assert b["stats"]["median"] == pytest.approx(sorted(raw)[len(raw) // 2] if len(raw) % 2 else
+                                                     (sorted(raw)[len(raw) // 2 - 1] + sorted(raw)[len(raw) // 2]) / 2)
+        x = b["extra_info"]
+        assert x["check"] == "ok" and x["timer"] == "cpu perf_counter" and x["l2"] == "hot"
+        assert b["group"].startswith("dense glm-5 shared_")
+
+
+def test_default_candidate_path(bench):
+    res = bench.runpytest(*GATE, "--fp4-save-baseline")
+    assert res.ret == 0
+    cands = list((bench.path / "baselines" / "cpu" / "candidates").glob("*.json"))
+    assert len(cands) == 1
+    assert f"candidate baseline written to baselines/cpu/candidates/{cands[0].name}" in res.stdout.str()
+
+
+# --- (c) unchanged, (d) regressed ----------------------------------------------------------------
+
+
+def test_unchanged_run_passes_the_gate(bench):
+    _save(bench)
+    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert _outcomes(res) == {"passed": 2}
+    assert "fp4bench verdict vs base.json" in out
+    assert "what changed: nothing (same software stack)" in out
+    for name in GATE_IDS:
+        row = next(ln for ln in out.splitlines() if name in ln and ln.split()[0] in ("PASS", "AMBIGUOUS", "FAIL"))
+        assert row.split()[0] == "PASS", row
+
+
+def _faster_baseline(data: dict, factor: float) -> dict:
+    """The same file with every sample (and so the median) multiplied by ``factor``."""
+    for b in data["benchmarks"]:
+        b["stats"]["data"] = [x * factor for x in b["stats"]["data"]]
+        b["stats"]["median"] *= factor
+    return data
+
+
+@pytest.mark.parametrize("confirm", [True, False])
+def test_regression_fails_the_test_by_name(bench, confirm):
+    # a baseline 40 % faster: the unchanged code now looks 1/0.6 = 1.67x slower
+    base = _write(bench, "fast.json", _faster_baseline(_save(bench), 0.6))
+    res = bench.runpytest(*GATE, "--fp4-baseline", base, *([] if confirm else ["--fp4-no-confirm"]))
+    out = res.stdout.str()
+    assert res.ret == 1
+    assert _outcomes(res) == {"failed": 2}
+    for name in GATE_IDS:
+        assert f"FAIL {name}: " in out
+    assert "+6" in out  # +60..+70 % in the one-line message
+    assert "fp4bench verdict vs fast.json" in out
+
+
+def test_confirm_step_remeasures_a_suspect_and_records_the_confirmed_samples(bench):
+    base = _save(bench)
+    STEADY.slow_first, STEADY.prepares = True, 0  # the first case's first measurement is 1.7x slow
+    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "--fp4-save-baseline", "now.json")
+    assert res.ret == 0, res.stdout.str()
+    assert STEADY.prepares == 3  # case 1, its re-measurement, case 2
+    now = {b["fullname"]: b for b in json.loads((bench.path / "now.json").read_text())["benchmarks"]}
+    before = {b["fullname"]: b for b in base["benchmarks"]}
+    first = GATE_IDS[0]
+    # the JSON holds the confirmed (normal-speed) samples, not the suspect 1.7 ms ones
+    assert now[first]["stats"]["median"] < 1.3 * before[first]["stats"]["median"]
+    assert now[first]["extra_info"]["verdict"] == "PASS"
+    # without the confirm step the same suspect fails
+    STEADY.prepares = 0
+    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "--fp4-no-confirm")
+    assert res.ret == 1 and _outcomes(res) == {"passed": 1, "failed": 1}
+    assert f"FAIL {first}: " in res.stdout.str()
+
+
+# --- (e) MISSING ---------------------------------------------------------------------------------
+
+
+def test_missing_benchmark_fails_the_session_unless_allowed(bench):
+    data = _save(bench)
+    ghost = json.loads(json.dumps(data["benchmarks"][0]))
+    ghost["fullname"] = ghost["fullname"].replace("m1n512k6144", "m1n999k6144")
+    ghost["name"] = ghost["fullname"].split("::")[1]
+    data["benchmarks"].append(ghost)
+    _write(bench, "plus.json", data)
+    res = bench.runpytest(*GATE, "--fp4-baseline", "plus.json")
+    out = res.stdout.str()
+    assert _outcomes(res) == {"passed": 2}  # every test passed ...
+    assert res.ret == 1  # ... but the session fails: a benchmark vanished
+    assert "MISSING (1) — in the baseline, not measured now:" in out
+    assert f"  {ghost['fullname']}" in out
+    res = bench.runpytest(*GATE, "--fp4-baseline", "plus.json", "--fp4-allow-missing")
+    assert res.ret == 0 and "MISSING (1)" in res.stdout.str()
+
+
+# --- (f) another GPU's baseline; (h) bare --benchmark-compare ----------------------------------
+
+
+def test_baseline_of_another_gpu_is_a_usage_error(bench):
+    name = _write(bench, "h200.json", bench_json([bench_entry(GATE_IDS[0], [1e-3] * 10)], fingerprint=H200))
+    res = bench.runpytest(*GATE, "--fp4-baseline", name)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    err = res.stderr.str()
+    assert "fp4bench baseline: baseline is for NVIDIA H200 (nvidia-h200, compute capability 9.0)" in err
+    assert "but this run is on cpu (cpu" in err
+
+
+def test_bad_baseline_file_is_a_usage_error(bench):
+    res = bench.runpytest(*GATE, "--fp4-baseline", "nope.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "baseline file nope.json does not exist" in res.stderr.str()
+
+
+def test_bare_benchmark_compare_needs_an_approved_baseline_for_this_gpu(bench):
+    res = bench.runpytest(*GATE, "--benchmark-compare", "--fp4-baselines", "store")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    err = res.stderr.str()
+    assert "no approved baseline for cpu" in err and "store/cpu/approved.json" in err
+    # a newer candidate is never picked up: only the approved file counts
+    _save(bench, "store/cpu/candidates/20300101T000000Z.json")
+    res = bench.runpytest(*GATE, "--benchmark-compare", "--fp4-baselines", "store")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_bare_benchmark_compare_uses_the_approved_baseline(bench):
+    data = _save(bench, "cand.json")
+    (bench.path / "store" / "cpu").mkdir(parents=True)
+    _write(bench, "store/cpu/approved.json", data)
+    res = bench.runpytest(*GATE, "--benchmark-compare", "--fp4-baselines", "store")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert "fp4bench verdict vs store/cpu/approved.json" in out
+    assert "Comparing against benchmarks from" in out + res.stderr.str()  # pytest-benchmark reads it too
+
+
+# --- (g) the fault plugin -----------------------------------------------------------------------
+
+
+def test_fault_plugin_zero_band(bench):
+    res = bench.runpytest(*TINY, "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", "fault-zero-band",
+                          "--fp4-batches", "16,32")
+    out = res.stdout.str()
+    assert res.ret == 1
+    assert _outcomes(res) == {"passed": 2, "failed": 2}
+    for shape in ("shared_gate_up-m32n512k6144", "shared_down-m32n6144k256"):
+        assert f"FAILED test_fp4_gemm.py::test_dense[fault-zero-band-default-glm-5-b32-tp8-uniform-{shape}]" in out
+    assert out.count("all-zero output: all") == 2
+    assert "fault-zero-band [default] on glm-5-b32-tp8-uniform-shared_down-m32n6144k256: all-zero output" in out
+    for shape in ("shared_gate_up-m16n512k6144", "shared_down-m16n6144k256"):
+        assert f"FAILED test_fp4_gemm.py::test_dense[fault-zero-band-default-glm-5-b16-tp8-uniform-{shape}]" \
+            not in out
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--fp4-backends", "no-such-backend"], "fp4bench: unknown backend 'no-such-backend'; known: "),
+        (["--fp4-kinds", "dense,sparse"], "fp4bench: --fp4-kinds: unknown kind(s) ['sparse']; use dense, grouped, moe"),
+        (["--fp4-plugin", "no_such_module"], "fp4bench: --fp4-plugin: cannot import backend module 'no_such_module'"),
+        (["--fp4-models", "gpt-9"], "fp4bench: unknown model 'gpt-9'"),
+    ],
+)
+def test_bad_options_are_usage_errors(bench, option, message):
+    res = bench.runpytest(*TINY, *option)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: {message}" in res.stderr.str()
+    assert "Traceback" not in res.stdout.str() + res.stderr.str()
