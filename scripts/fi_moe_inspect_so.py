@@ -49,8 +49,11 @@ def undefined_symbols(path: str) -> dict[str, object]:
     for d in demangled:
         m = re.search(r"(\w+_kernelLauncher|\w+KernelLauncher|MoeGemmRunner<[^>]*|\w+)(?=<|\()", d)
         kinds[m.group(1) if m else d[:60]] += 1
+    # A W4A16 call path through an undefined function would die at run time: flag any bf16 x FP4 one.
+    w4a16 = [d for d in demangled if re.search(r"<__nv_bfloat16, (\S*SafeFP4|\S*Fp4Type|\S*e2m1\w*)[,>]", d)]
     return {"count": len(raw), "resolved_elsewhere": dict(families), "other_count": len(other),
-            "other_by_function": dict(kinds.most_common(40)), "other_examples": demangled[:10]}
+            "other_by_function": dict(kinds.most_common(40)), "other_examples": demangled[:10],
+            "bf16_fp4_undefined": w4a16[:20], "bf16_fp4_undefined_count": len(w4a16)}
 
 
 def needed(path: str) -> list[str]:

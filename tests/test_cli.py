@@ -8,6 +8,7 @@ import re
 import pytest
 
 from _benchjson import H200, bench_entry, bench_json, write
+from fp4bench.backends import registry
 from fp4bench.backends.registry import all_backends
 from fp4bench.cli import main
 
@@ -28,10 +29,13 @@ def test_env_lists_every_backend_with_a_reason(capsys):
     assert state["flashinfer-cutlass"] == "skipped" and state["torch-fp8"] == "skipped"
 
 
-def test_env_plugin_backends_are_listed(capsys):
+def test_env_plugin_backends_are_listed(capsys, monkeypatch):
+    registry.all_backends()  # --plugin registers into the process-wide registry: undo it afterwards
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
     assert main(["env", "--device", "cpu", "--plugin", "fp4bench.testing.faults"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^\s+fault-zero-band\s+available\s+\[dense\]", out, re.M)
+    assert "fault-zero-band" in {b.name for b in all_backends()}
 
 
 def test_workload_glm5_decode_arithmetic(capsys):

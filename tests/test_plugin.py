@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -35,10 +36,12 @@ pytest_plugins = ["pytester"]
 
 BENCH_FILE = (Path(__file__).resolve().parents[1] / "bench" / "test_fp4_gemm.py").read_text()
 # GLM-5 shared-expert dense GEMMs at decode batch 1, TP 8: M1 N512 K6144 and M1 N6144 K256
-# (the unraisable/thread-exception plugins cost a full gc.collect per inner run in this torch-heavy
-# process, and nothing here is about them)
-TINY = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "-p",
-        "no:threadexception", "-rs", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-time-budget", "0.05",
+# Plugins nothing here is about, and that are slow in an inline run of this torch-heavy process:
+# the unraisable/thread-exception checks each force a full gc.collect; hypothesis' plugin imports
+# hypothesis, which pytester drops after every run, so each run would import it again.
+QUIET = ["-p", "no:cacheprovider", "-p", "no:unraisableexception", "-p", "no:threadexception",
+         "-p", "no:hypothesispytest", "-p", "no:xdist", "-p", "no:xdist.looponfail"]
+TINY = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-time-budget", "0.05",
         "--fp4-min-samples", "3", "--fp4-kinds", "dense"]
 GATE = TINY[:-4] + ["--fp4-kinds", "dense", "--fp4-min-samples", "15", "--fp4-plugin", __name__,
                     "--fp4-backends", "steady-spin",
@@ -141,20 +144,29 @@ def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
     res = bench.runpytest(*TINY[:-2], "--fp4-kinds", "dense,grouped", "-v", "--fp4-save-baseline", "cand.json")
     out = res.stdout.str()
     assert res.ret == 0, out
-    # the two CPU rows ran on both GLM-5 shared-expert GEMMs
-    assert _outcomes(res)["passed"] == 4
-    for backend in ("torch-bf16", "torch-reference"):
+    cpu = torch.device("cpu")
+    dense_rows = sorted(b.name for b in registry.all_backends() if "dense" in b.kinds and b.availability(cpu).ok)
+    assert {"torch-bf16", "torch-reference"} <= set(dense_rows)
+    # the CPU rows ran on both GLM-5 shared-expert GEMMs ...
+    assert _outcomes(res) == {"passed": 2 * len(dense_rows)}
+    for backend in dense_rows:
         for shape in ("shared_gate_up-m1n512k6144", "shared_down-m1n6144k256"):
             assert f"test_dense[{backend}-default-glm-5-b1-tp8-uniform-{shape}] PASSED" in out
-    # every GPU backend is skipped on both problems of its kind, each with its reason
-    for count, reason in ((2, "flashinfer-cutlass: no CUDA device"), (2, "sgl-kernel: no CUDA device"),
-                          (2, "cublaslt: no CUDA device"), (2, "sgl-kernel-group: no CUDA device"),
-                          (4, "torch-fp8: no CUDA device (torch FP8 scaled matmul has no CPU rowwise kernel)")):
-        assert re.search(rf"^SKIPPED \[{count}\] \S+: {re.escape(reason)}$", out, re.M), reason
+    # ... and every backend that cannot run here is skipped on each of its problems, with its reason
+    skipped = 0
+    for b in registry.all_backends():
+        a = b.availability(cpu)
+        n = 2 * len(b.kinds & {"dense", "grouped"})
+        if not a.ok and n:
+            assert re.search(rf"^SKIPPED \[{n}\] \S+: {re.escape(f'{b.name}: {a.reason}')}$", out, re.M), b.name
+            skipped += 1
+    assert skipped >= 5  # cuBLASLt, FlashInfer, sgl-kernel (dense and grouped), torch-fp8
+    assert re.search(r"^SKIPPED \[2\] \S+: flashinfer-cutlass: no CUDA device$", out, re.M)
     # grouped GLM-5 layers are too big to draw on a CPU: skipped, with the size
-    sizes = re.findall(r"^SKIPPED \[2\] \S+: grouped operands need (\d+\.\d) GiB; not drawn on a CPU-only "
-                       r"machine \(limit 2 GiB\)$", out, re.M)
-    assert sorted(sizes) == ["2.3", "4.5"]  # gate_up and down of all 256 experts, torch-bf16 and -reference
+    grouped_rows = [b for b in registry.all_backends() if "grouped" in b.kinds and b.availability(cpu).ok]
+    sizes = re.findall(rf"^SKIPPED \[{len(grouped_rows)}\] \S+: grouped operands need (\d+\.\d) GiB; not drawn "
+                       r"on a CPU-only machine \(limit 2 GiB\)$", out, re.M)
+    assert sorted(sizes) == ["2.3", "4.5"]  # gate_up and down of all 256 experts
     assert "fp4bench results (CPU)" in out and "candidate baseline written to cand.json" in out
     assert "was not used at all" not in out
 
@@ -164,14 +176,13 @@ def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
     assert sec["sweep"]["kinds"] == ["dense", "grouped"] and sec["sweep"]["tps"] == [8]
     assert sec["availability"] == {
         f"{b}|glm-5-b1-tp8-uniform-{s}|default": "ok"
-        for b in ("torch-bf16", "torch-reference") for s in ("shared_gate_up-m1n512k6144", "shared_down-m1n6144k256")}
+        for b in dense_rows for s in ("shared_gate_up-m1n512k6144", "shared_down-m1n6144k256")}
     benches = {b["fullname"]: b for b in data["benchmarks"]}
-    assert len(benches) == 4
+    assert len(benches) == 2 * len(dense_rows)
     for b in benches.values():
-        raw = b["stats"]["data"]
+        raw = b["stats"]["data"]  # raw per-call seconds, as the gate needs them
         assert len(raw) >= 3 and all(isinstance(x, float) and 0 < x < 5 for x in raw)
-        assert b["stats"]["median"] == pytest.approx(sorted(raw)[len(raw) // 2] if len(raw) % 2 else
-                                                     (sorted(raw)[len(raw) // 2 - 1] + sorted(raw)[len(raw) // 2]) / 2)
+        assert b["stats"]["median"] == pytest.approx(statistics.median(raw))
         x = b["extra_info"]
         assert x["check"] == "ok" and x["timer"] == "cpu perf_counter" and x["l2"] == "hot"
         assert b["group"].startswith("dense glm-5 shared_")

@@ -150,9 +150,9 @@ def test_time_cpu_samples_are_seconds_per_call():
     five = time_cpu([lambda: time.sleep(2e-3)], TimingConfig(mode="cpu", calls_per_sample=5, min_samples=5,
                                                              max_samples=5, target_rel_ci=None))
     for r in (auto, five):
-        # time.sleep never returns early; 2 ms of slack absorbs scheduler wake-up latency
+        # time.sleep never returns early; the 3 ms of slack absorbs wake-up latency on a busy machine
         assert min(r.samples_s) >= 2e-3
-        assert r.median_s < 4e-3  # per call: five calls per sample would be >= 1e-2
+        assert r.median_s < 5e-3  # per call: five calls per sample left undivided would be >= 1e-2
     # fast calls are batched up to ~target_sample_s per sample
     fast = time_cpu([lambda: None], TimingConfig(mode="cpu", min_samples=3, max_samples=3, target_rel_ci=None,
                                                  max_calls_per_sample=64))
@@ -240,8 +240,9 @@ def test_fixture_counts_as_used(benchmark):
 
 def test_record_in_benchmark_puts_exactly_our_samples_into_the_json(pytester):
     pytester.makepyfile(test_inject=_INJECT)
-    res = pytester.runpytest("-p", "no:cacheprovider", "--benchmark-json=out.json", "-W",
-                             "error::pytest_benchmark.logger.PytestBenchmarkWarning")
+    res = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist",
+                             "-p", "no:xdist.looponfail", "--benchmark-json=out.json",
+                             "-W", "error::pytest_benchmark.logger.PytestBenchmarkWarning")
     res.assert_outcomes(passed=3)
     assert "was not used" not in res.stdout.str()
     data = json.loads((pytester.path / "out.json").read_text())

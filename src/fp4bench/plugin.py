@@ -285,6 +285,8 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
                         pytrace=False)
         pytest.skip(f"unsupported: {reason}")
     st.availability[key] = availability_value(True)
+    if spec.note:
+        res.extra_info["problem_note"] = spec.note
     benchmark.extra_info.update(res.extra_info)
     benchmark.group = f"{spec.problem.kind} {spec.problem.origin.model} {spec.problem.origin.role}"
     if res_status == FAILED:

@@ -12,7 +12,7 @@ import torch
 
 from fp4bench.backends.base import DEFAULT_TACTIC, Backend, Tactic
 from fp4bench.problems import GemmProblem, Origin, Problem
-from fp4bench.workloads import decode_problems, get_model
+from fp4bench.workloads import Aligned, align_problem, decode_problems, get_model
 
 # Dense M sweep of the full run: powers of two 1…16384 plus the 32…1536 band where
 # FlashInfer #3398 returned zeros on SM120 (backends.md §5).
@@ -42,6 +42,7 @@ class CaseSpec:
     problem: Problem
     tactic: Tactic = field(default=DEFAULT_TACTIC)
     skip_reason: str = ""
+    note: str = ""  # e.g. how the problem was padded for this backend, as serving stacks pad it
 
     @property
     def id(self) -> str:
@@ -97,14 +98,20 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
                     f"{problem.kind} operands need {gib:.1f} GiB; not drawn on a CPU-only machine "
                     f"(limit {CPU_OPERAND_LIMIT_BYTES / 2 ** 30:.0f} GiB)")))
                 continue
-            why = b.unsupported_reason(problem)
+            prob, note = problem, ""
+            pad = getattr(b, "padding", None)
+            if pad is not None:  # pad as the serving stacks that use this kernel do
+                aligned = align_problem(problem, pad)
+                if isinstance(aligned, Aligned):
+                    prob, note = aligned.problem, aligned.note
+            why = b.unsupported_reason(prob)
             if why:
-                specs.append(CaseSpec(b.name, problem, skip_reason=f"{b.name}: {why}"))
+                specs.append(CaseSpec(b.name, prob, skip_reason=f"{b.name}: {why}"))
                 continue
-            tactics = b.tactics(problem, device)
+            tactics = b.tactics(prob, device)
             if not opts.full:
                 tactics = quick_tactics(tactics)
-            specs += [CaseSpec(b.name, problem, t) for t in tactics]
+            specs += [CaseSpec(b.name, prob, t, note=note) for t in tactics]
     return specs
 
 
