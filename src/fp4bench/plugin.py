@@ -25,13 +25,15 @@ ROOT_DEFAULT = "baselines"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("fp4bench", "fp4bench: FP4 GEMM regression suite")
-    g.addoption("--fp4-models", default="glm-5", help="comma-separated models (default glm-5)")
+    g.addoption("--fp4-models", default=None, help="comma-separated models (default glm-5, or the baseline's)")
     g.addoption("--fp4-batches", default=None, help="decode batch sizes (default 1,64,512 on GPU, 1,16 on CPU)")
-    g.addoption("--fp4-tp", default="1", help="tensor-parallel sizes (default 1)")
-    g.addoption("--fp4-routing", default="uniform", help="routings: uniform, zipf:<s> (comma-separated)")
-    g.addoption("--fp4-kinds", default="dense,grouped,moe", help="problem kinds to run")
+    g.addoption("--fp4-tp", default=None, help="tensor-parallel sizes (default 1)")
+    g.addoption("--fp4-routing", default=None, help="routings: uniform, zipf:<s> (comma-separated; default uniform)")
+    g.addoption("--fp4-kinds", default=None, help="problem kinds to run (default dense,grouped,moe)")
     g.addoption("--fp4-backends", default=None, help="comma-separated backend names (default: all)")
-    g.addoption("--fp4-full", action="store_true", help="every tactic and the dense M sweep 1..16384")
+    g.addoption("--fp4-full", action="store_true", default=None, help="every tactic and the dense M sweep 1..16384")
+    g.addoption("--fp4-tactics", choices=("default", "all"), default=None,
+                help="default: one tactic per backend (quick); all: every tile config / tactic")
     g.addoption("--fp4-plugin", action="append", default=[], help="import a module defining BACKENDS")
     g.addoption("--fp4-device", default=None, help="torch device (default cuda:0 if present, else cpu)")
     g.addoption("--fp4-l2", choices=("cold", "hot"), default="cold", help="L2 state while timing (default cold)")
@@ -113,14 +115,27 @@ class Fp4Session:
                              allow_missing=opt("fp4_allow_missing"))
 
     def sweep_options(self):
+        """CLI values win; then the active baseline's sweep (a compare run measures what the
+        baseline measured, so nothing is MISSING by accident); then the defaults."""
         from fp4bench.sweep import SweepOptions
         from fp4bench.workloads import parse_ints, parse_models, parse_tps
 
         opt = self.config.getoption
-        models = parse_models(opt("fp4_models"))
-        batches = opt("fp4_batches") or ("1,64,512" if self.device.type == "cuda" else "1,16")
-        backends = opt("fp4_backends")
-        kinds = tuple(k.strip() for k in opt("fp4_kinds").split(",") if k.strip())
+        base = dict(self.baseline.sweep) if self.baseline is not None and self.baseline.sweep else {}
+
+        def pick(option: str, key: str, default):
+            v = opt(option)
+            if v is not None:
+                return v
+            b = base.get(key)
+            if isinstance(b, list):
+                return ",".join(str(x) for x in b)
+            return b if b is not None else default
+
+        models = parse_models(pick("fp4_models", "models", "glm-5"))
+        batches = pick("fp4_batches", "batches", "1,64,512" if self.device.type == "cuda" else "1,16")
+        backends = opt("fp4_backends") or (",".join(base["backends"]) if base.get("backends") else None)
+        kinds = tuple(k.strip() for k in pick("fp4_kinds", "kinds", "dense,grouped,moe").split(",") if k.strip())
         bad = [k for k in kinds if k not in ("dense", "grouped", "moe")]
         if bad:
             raise pytest.UsageError(f"--fp4-kinds: unknown kind(s) {bad}; use dense, grouped, moe")
@@ -129,11 +144,14 @@ class Fp4Session:
 
             for b in backends.split(","):
                 get_backend(b.strip())  # raises ValueError naming the unknown backend
+        full = bool(pick("fp4_full", "full", False))
+        tactics = pick("fp4_tactics", "tactics", "all" if full else "default")
+        routings = pick("fp4_routing", "routings", "uniform")
         return SweepOptions(models=tuple(m.name for m in models), batches=parse_ints(batches, "batch"),
-                            tps=parse_tps(opt("fp4_tp"), models),
-                            routings=tuple(r.strip() for r in opt("fp4_routing").split(",") if r.strip()),
+                            tps=parse_tps(str(pick("fp4_tp", "tps", "1")), models),
+                            routings=tuple(r.strip() for r in routings.split(",") if r.strip()),
                             kinds=kinds, backends=tuple(b.strip() for b in backends.split(",")) if backends else None,
-                            full=opt("fp4_full"), seed=opt("fp4_seed"))
+                            full=full, tactics=tactics, seed=opt("fp4_seed"))
 
 
 def _state(config: pytest.Config) -> Fp4Session:

@@ -29,7 +29,8 @@ class SweepOptions:
     routings: tuple[str, ...] = ("uniform",)
     kinds: tuple[str, ...] = ("dense", "grouped", "moe")
     backends: tuple[str, ...] | None = None  # None: all registered
-    full: bool = False  # every tactic, dense M sweep 1…16384
+    full: bool = False  # dense M sweep 1…16384 (and every tactic)
+    tactics: str = "default"  # "default": one tactic per backend; "all": every tactic
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -109,7 +110,7 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
                 specs.append(CaseSpec(b.name, prob, skip_reason=f"{b.name}: {why}"))
                 continue
             tactics = b.tactics(prob, device)
-            if not opts.full:
+            if not (opts.full or opts.tactics == "all"):
                 tactics = quick_tactics(tactics)
             specs += [CaseSpec(b.name, prob, t, note=note) for t in tactics]
     return specs

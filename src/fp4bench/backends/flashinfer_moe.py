@@ -51,6 +51,7 @@ import torch
 from fp4bench import formats
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic, TacticUnsupported
 from fp4bench.operands import Operands
+from fp4bench.workloads import FLASHINFER_MXFP4_PAD
 from fp4bench.problems import MoEProblem, Problem
 from fp4bench.reference_moe import reference_moe, routed_intermediate_amax
 
@@ -409,6 +410,8 @@ class FlashInferCutlassMoEW4A16(_FlashInferCutlassMoE):
     weight_format = "mxfp4"
     supported_ccs = frozenset({90})
     intermediate = "bf16"
+    #: gpt-oss H = I = 2880 is zero-padded to 3072 by the serving stacks that run this kernel
+    padding = FLASHINFER_MXFP4_PAD
 
     def _shape_reason(self, p: MoEProblem) -> str | None:
         bad = [f"{n}={v}" for n, v in (("hidden", p.hidden), ("inter", p.inter)) if v % 128]
