@@ -3,9 +3,10 @@
 For a GLM-5 gate_up shape (N = 2·2048, K = 6144) and M = 1 … 16384 it measures, for bf16
 ``torch.mm`` and FP8 rowwise ``torch._scaled_mm``:
 
-* ``graph``: fp4bench's default timer (CUDA graph of N calls, event pair per replay), hot L2,
-* ``profiler``: torch.profiler (CUPTI) kernel durations of eager back-to-back calls, per call,
-* ``profiler_graph``: the same kernels' durations when launched from our captured graph,
+* ``fp4bench``: fp4bench's default timer (CUDA graph of N calls; CUPTI busy time per replay / N), hot L2,
+* ``profiler``: torch.profiler (CUPTI) kernel durations of 30 eager back-to-back calls, per call,
+  measured just before and just after the timed window (mean of both: power/clock drift),
+* ``graph_span``: event-pair time per replay / N (includes graph-node launch gaps),
 * ``naive_events``: one event pair around every eager call (what not to do, for contrast).
 
 Writes JSON to $OUT/timing_fidelity.json when OUT is set and prints a table.
@@ -37,19 +38,6 @@ def naive_events(fn, reps: int = 50) -> float:
     return statistics.median(ts)
 
 
-def graph_of(fn, n: int) -> torch.cuda.CUDAGraph:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(n):
-            fn()
-    return g
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ms", default="1,4,16,64,256,1024,4096,16384")
@@ -72,25 +60,23 @@ def main() -> None:
             "fp8 _scaled_mm": lambda: torch._scaled_mm(a8, w8.t(), sa, sb, out_dtype=torch.bfloat16, out=out),
         }
         for name, fn in fns.items():
-            cfg = TimingConfig(mode="graph", time_budget_s=args.budget, target_rel_ci=0.002, max_samples=2000)
-            res = time_gpu([fn], cfg, dev)
-            prof = kernel_times(fn, repeats=50).per_call_s
-            gr = graph_of(fn, res.calls_per_sample)
-            prof_graph = kernel_times(gr.replay, repeats=5).per_call_s
-            prof_graph = prof_graph / res.calls_per_sample if prof_graph else None
+            cfg = TimingConfig(mode="graph", time_budget_s=args.budget, target_rel_ci=0.002, max_samples=200)
+            before = kernel_times(fn, repeats=30).per_call_s  # eager launches, CUPTI kernel durations
+            res = time_gpu([fn], cfg, dev)  # fp4bench's timer: CUPTI busy time inside graph replays
+            after = kernel_times(fn, repeats=30).per_call_s
+            prof = (before + after) / 2 if before and after else None  # brackets the timed window
             naive = naive_events(fn)
-            row = {"op": name, "m": m, "n": args.n, "k": args.k, "graph_s": res.median_s,
+            span = res.extra.get("span_median_s")
+            row = {"op": name, "m": m, "n": args.n, "k": args.k, "fp4bench_s": res.median_s, "timer": res.method,
                    "calls_per_sample": res.calls_per_sample, "samples": len(res.samples_s),
-                   "rel_ci95": res.rel_ci, "profiler_s": prof, "profiler_graph_s": prof_graph,
-                   "naive_events_s": naive}
-            row["graph_vs_profiler"] = res.median_s / prof - 1 if prof else None
-            row["graph_vs_profiler_graph"] = res.median_s / prof_graph - 1 if prof_graph else None
+                   "rel_ci95": res.rel_ci, "profiler_s": prof, "profiler_before_s": before, "profiler_after_s": after,
+                   "graph_span_s": span, "naive_events_s": naive}
+            row["fp4bench_vs_profiler"] = res.median_s / prof - 1 if prof else None
             rows.append(row)
-            print(f"{name:15s} M={m:6d} graph {res.median_s * 1e6:9.2f} us  profiler {prof * 1e6 if prof else float('nan'):9.2f} us"
-                  f"  prof-in-graph {prof_graph * 1e6 if prof_graph else float('nan'):9.2f} us"
-                  f"  naive-events {naive * 1e6:9.2f} us  d={row['graph_vs_profiler'] * 100 if prof else float('nan'):+6.2f}%"
-                  f"  d(graph)={row['graph_vs_profiler_graph'] * 100 if prof_graph else float('nan'):+6.2f}%",
-                  flush=True)
+            print(f"{name:15s} M={m:6d} fp4bench {res.median_s * 1e6:9.2f} us  profiler {prof * 1e6 if prof else float('nan'):9.2f} us"
+                  f" (before {before * 1e6 if before else float('nan'):.2f}, after {after * 1e6 if after else float('nan'):.2f})"
+                  f"  graph-span {span * 1e6 if span else float('nan'):9.2f} us  naive-events {naive * 1e6:9.2f} us"
+                  f"  d={row['fp4bench_vs_profiler'] * 100 if prof else float('nan'):+6.2f}%  [{res.method}]", flush=True)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "timing_fidelity.json"), "w") as f:

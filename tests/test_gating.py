@@ -189,7 +189,11 @@ def test_arch_reason_and_format():
 
 
 def test_versions_without_import():
-    assert _gating.dist_version("no-such-dist-xyz", "torch") == torch.__version__  # first one found
+    import importlib.metadata
+
+    # the first installed one of the names; metadata may drop the local "+cu130" tag
+    assert _gating.dist_version("no-such-dist-xyz", "torch") == importlib.metadata.version("torch")
+    assert torch.__version__.startswith(_gating.dist_version("torch"))
     assert _gating.dist_version("no-such-dist-xyz") is None
     assert _gating.module_installed("json")
     assert not _gating.module_installed("no_such_module_xyz")

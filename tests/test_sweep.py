@@ -110,6 +110,9 @@ def test_quick_vs_full_tactics():
     full = [s for s in cases_for(SweepOptions(batches=(1,), kinds=("dense",), full=True), [t], CUDA)
             if s.problem.origin.routing != "dense-sweep"]
     assert [s.tactic.label for s in full] == ["tile128x64", "default", "tile256x128"] * 2
+    # every tactic without the dense M sweep
+    every = cases_for(SweepOptions(batches=(1,), kinds=("dense",), tactics="all"), [t], CUDA)
+    assert [s.tactic.label for s in every] == ["tile128x64", "default", "tile256x128"] * 2
 
 
 @pytest.mark.parametrize(

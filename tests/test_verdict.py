@@ -193,11 +193,32 @@ def test_lost_tactic_fails_and_new_tactic_is_reported():
     assert res.suspects() == []  # re-timing cannot bring a tactic back
 
 
-def test_throttled_run_is_invalid_not_fail():
-    v, res = one(np.random.default_rng(13), 1.25, new_extra={"throttled": True, "throttle_reasons": ["SwPowerCap"]})
+def test_throttled_run_is_invalid_under_the_invalid_policy():
+    v, res = one(np.random.default_rng(13), 1.25, new_extra={"throttled": True, "throttle_reasons": ["SwPowerCap"]},
+                 policy=Policy(throttle="invalid"))
     assert v.status is Status.INVALID and "throttled" in v.reason
     assert "throttle: ?→SwPowerCap" in v.message()
     assert res.exit_code == 0
+
+
+def test_throttled_run_is_judged_and_reported_by_default():
+    # a power-capped H200 is the steady state of heavy kernels: judge the timing, show the state
+    v, res = one(np.random.default_rng(13), 1.25, new_extra={"throttled": True, "throttle_reasons": ["SwPowerCap"]})
+    assert v.status is Status.FAIL
+    assert "throttle: ?→SwPowerCap" in v.message()
+    assert res.exit_code == 1
+    v, _ = one(np.random.default_rng(14), 1.0, base_extra={"throttled": True}, new_extra={"throttled": True})
+    assert v.status is Status.PASS
+
+
+def test_unknown_throttle_policy_is_rejected():
+    with pytest.raises(ValueError, match="throttle"):
+        Policy(throttle="ignore")
+
+
+def test_clock_anomaly_is_invalid_and_a_suspect():
+    v, res = one(np.random.default_rng(13), 1.25, new_extra={"clock_anomaly": True})
+    assert v.status is Status.INVALID
     assert res.suspects() == ["b::t[x]"]  # slow and void: re-measure after cool-down
     v2, _ = one(np.random.default_rng(13), 1.0, base_extra={"clock_anomaly": "SM clock 1470 MHz < 75% of max"})
     assert v2.status is Status.INVALID and "1470" in v2.reason and "baseline" in v2.reason

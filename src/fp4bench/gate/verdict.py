@@ -9,8 +9,13 @@ Rule for one benchmark (``ratio = median(new) / median(base)``; measurement.md ย
                or significantly slower beyond the noise but under the floor,
                or fewer than ``min_samples`` samples on either side
     PASS       otherwise; "improved" when faster by the same three criteria
-    INVALID    either run flagged throttling / a clock anomaly in ``extra_info``: reported, never a
-               timing failure (a throttled GPU says nothing about the code)
+    INVALID    either run flagged a clock anomaly / invalid sample set in ``extra_info``, or (with
+               ``Policy(throttle="invalid")``) throttling: reported, never a timing failure.
+               By default throttling is *reported* next to the verdict but the timing is judged:
+               on an H200 the 700 W power cap (SwPowerCap) is the steady state of any heavy
+               decode GEMM (seen in both runs of an unchanged A/A pair), so invalidating it would
+               leave those kernels ungated, and a stack change that throttles more is itself a
+               regression users want to see.
     NEW / MISSING  only in the current run / only in the baseline (MISSING fails by default:
                pytest-benchmark silently skips renamed tests, measurement.md ยง10)
 
@@ -53,7 +58,8 @@ from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import Baseline, BenchmarkRecord, check_compatible, is_ok
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution * this = its sigma
-INVALID_FLAGS = ("throttled", "clock_anomaly", "invalid")
+INVALID_FLAGS = ("clock_anomaly", "invalid")
+THROTTLE_POLICIES = ("report", "invalid")
 
 
 class Status(str, Enum):
@@ -97,6 +103,7 @@ class Policy:
     allow_missing: bool = False
     fail_on_ambiguous: bool = False
     dispatch: str = "report"  # "report": flag only; "fail": a kernel-set change is a FAIL
+    throttle: str = "report"  # "report": judge timing, show throttle state; "invalid": INVALID
 
     def __post_init__(self) -> None:
         if not (0 <= self.floor < 10):
@@ -107,6 +114,8 @@ class Policy:
             raise ValueError(f"Policy.noise_k must be >= 0, got {self.noise_k}")
         if self.min_samples < 2:
             raise ValueError(f"Policy.min_samples must be >= 2, got {self.min_samples}")
+        if self.throttle not in THROTTLE_POLICIES:
+            raise ValueError(f"Policy.throttle must be one of {THROTTLE_POLICIES}, got {self.throttle!r}")
         if self.dispatch not in DISPATCH_POLICIES:
             raise ValueError(f"Policy.dispatch must be one of {DISPATCH_POLICIES}, got {self.dispatch!r}")
 
@@ -262,8 +271,9 @@ def _assess(
 # --- extra_info interpretation ----------------------------------------------------------------
 
 
-def _invalid_reason(extra: Mapping[str, Any], side: str) -> str | None:
-    for key in INVALID_FLAGS:
+def _invalid_reason(extra: Mapping[str, Any], side: str, policy: "Policy | None" = None) -> str | None:
+    flags = INVALID_FLAGS + (("throttled",) if policy is not None and policy.throttle == "invalid" else ())
+    for key in flags:
         v = extra.get(key)
         if v:
             detail = "" if v is True else f": {v}"
@@ -333,7 +343,7 @@ def _decide(
         n_base=a.n_base,
         n_new=a.n_new,
     )
-    invalid = _invalid_reason(base_extra, "baseline") or _invalid_reason(new_extra, "current")
+    invalid = _invalid_reason(base_extra, "baseline", policy) or _invalid_reason(new_extra, "current", policy)
     change = a.ratio - 1.0
     improved = False
     if invalid:
@@ -537,7 +547,7 @@ def compare(
         for i, (_, a, rec, extra) in enumerate(judged)
         if min(a.n_base, a.n_new) >= policy.min_samples
         and math.isfinite(a.ratio)
-        and not (_invalid_reason(rec.extra_info, "") or _invalid_reason(extra, ""))
+        and not (_invalid_reason(rec.extra_info, "", policy) or _invalid_reason(extra, "", policy))
     ]
     fam = len(in_family)
     adj_slow = dict(zip(in_family, holm([judged[i][1].p_slower for i in in_family])))

@@ -228,3 +228,18 @@ def kernel_times(fn: Callable[[], Any], repeats: int = 10, *, warmup: int = 1) -
     """Per-kernel total device time of ``repeats`` calls, from the profiler (see ``per_call_s``)."""
     cap = capture_kernels(fn, repeats=repeats, warmup=warmup)
     return KernelTimes(repeats=repeats, total_s=cap.total_s, counts=cap.counts, kinds=cap.kinds, reason=cap.reason)
+
+
+def device_time_per_group(events: Iterable[Any], groups: int) -> list[float] | None:
+    """Split the device work of ``groups`` identical back-to-back launches (e.g. graph replays)
+    into per-group sums of kernel + memset + memcpy durations (seconds), in time order.
+
+    This is GPU *busy* time: the gaps between kernels that a graph replay still has (~1-2 µs
+    per node on an H200) are excluded, which is what the profiler calls a kernel's time.
+    None when the work does not divide evenly into ``groups`` (then the caller falls back).
+    """
+    work = sorted((e for e in events if device_event_kind(e) is not None), key=lambda e: e.time_range.start)
+    if groups < 1 or not work or len(work) % groups:
+        return None
+    per = len(work) // groups
+    return [sum(_duration_s(e) for e in work[i * per:(i + 1) * per]) for i in range(groups)]

@@ -26,6 +26,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from fp4bench.measure.kernels import device_time_per_group
+
 import torch
 
 Fn = Callable[[], Any]
@@ -48,6 +50,10 @@ class TimingConfig:
     #: seconds of extra, untimed-for-latency replays inside an NVML sampler to get joules per
     #: call; NVML's energy counter ticks ~every 100 ms, so below ~1 s the number is not reported
     energy_window_s: float = 0.0
+    #: sample = GPU busy time of the replay's kernels from CUPTI (torch.profiler), so graph-node
+    #: launch gaps (~1-2 µs on an H200) are not charged to µs-scale kernels; the event span is
+    #: kept as ``span_median_s``. False: event span per call.
+    kernel_time: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in ("graph", "events", "cpu"):
@@ -151,16 +157,24 @@ def _calls_for(est_s: float, cfg: TimingConfig, copies: int = 1) -> int:
     return int(max(copies, min(cfg.max_calls_per_sample, max(1, math.ceil(cfg.target_sample_s / est_s)))))
 
 
+_SLEEP_CYCLES_PER_S: dict[int, float] = {}
+
+
 def _sleep_cycles(per_call_s: float, fraction: float, device: torch.device) -> int:
-    """Cycles for ``torch.cuda._sleep`` (a clock64 spin) worth ``fraction`` of one call."""
+    """Cycles for ``torch.cuda._sleep`` (a clock64 spin) worth ``fraction`` of one call,
+    calibrated once per device by timing a long spin (the SM clock moves with power)."""
     if fraction <= 0:
         return 0
-    try:
-        mhz = float(torch.cuda.clock_rate(device))  # current SM clock via NVML
-    except Exception:
-        mhz = 0.0
-    mhz = mhz if mhz > 0 else 1980.0  # H200 boost clock; only scales the injected delay
-    return max(1, int(per_call_s * fraction * mhz * 1e6))
+    idx = device.index or 0
+    if idx not in _SLEEP_CYCLES_PER_S:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # warm
+        start.record()
+        torch.cuda._sleep(20_000_000)
+        end.record()
+        end.synchronize()
+        _SLEEP_CYCLES_PER_S[idx] = 20_000_000 / (start.elapsed_time(end) / 1e3)
+    return max(1, int(per_call_s * fraction * _SLEEP_CYCLES_PER_S[idx]))
 
 
 def _estimate_gpu_call_s(fns: Sequence[Fn], stream: torch.cuda.Stream, reps: int = 20) -> float:
@@ -232,9 +246,12 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> Timi
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s = _Sampler(cfg)
     replay = graph.replay if graph is not None else body
+    prof = _profiler() if cfg.kernel_time else None
     with torch.cuda.stream(stream):
         replay()  # one untimed replay: first replay uploads the graph
         torch.cuda.synchronize(device)
+        if prof is not None:
+            prof.start()
         while (why := s.done()) is None:
             start.record(stream)
             replay()
@@ -243,11 +260,33 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> Timi
             s.samples.append(start.elapsed_time(end) / 1e3 / n)
         wall = time.perf_counter() - s.t0
         extra: dict[str, Any] = {"estimate_s": est}
+        samples = s.samples
+        if prof is not None:
+            prof.stop()
+            busy = device_time_per_group(prof.events(), len(s.samples))
+            if busy is not None:
+                samples = [b / n for b in busy]
+                extra["span_median_s"] = float(np.median(s.samples))  # replay time incl. launch gaps
+                method = f"cupti kernel time, {method}"
+            else:
+                note = (note + "; " if note else "") + "profiler grouping failed; event span per call reported"
         if cfg.energy_window_s > 0:
             extra.update(_energy(replay, n, cfg.energy_window_s, device))
     del graph
-    return TimingResult(s.samples, method, n, len(fns), why, median_rel_ci(s.samples), note=note,
+    return TimingResult(samples, method, n, len(fns), why, median_rel_ci(samples), note=note,
                         wall_s=wall, extra=extra)
+
+
+def _profiler():
+    """A CUDA-activity torch.profiler, or None where CUPTI is unavailable."""
+    try:
+        from torch.profiler import ProfilerActivity, profile, supported_activities
+
+        if ProfilerActivity.CUDA not in supported_activities():
+            return None
+        return profile(activities=[ProfilerActivity.CUDA])
+    except Exception:
+        return None
 
 
 def _energy(replay: Fn, calls_per_replay: int, window_s: float, device: torch.device) -> dict[str, Any]:
