@@ -24,7 +24,7 @@ def _result():
         "t[thr]": (samples(rng, 35e-6, 0.01), {"throttled": True, "throttle_reasons": ["SwPowerCap"]}),
         "t[added]": (samples(rng, 1e-3, 0.01), {}),
     }
-    return compare(base, cur, {"fi|p|a": "unsupported: x"}, Policy(),
+    return compare(base, cur, {"fi|p|a": "unsupported: x"}, Policy(throttle="invalid"),
                    current_fingerprint=replace(H200, driver="590.2", torch="2.12.0"))
 
 

@@ -142,10 +142,10 @@ class CaseRunner:
             return CaseResult(MEASURED, "correctness only (timing disabled)", check=check, extra_info=info)
         fns = self._rotating_calls(backend, problem, ops, prep, tactic)
         if self.device.type == "cuda":
-            names = kernel_ids.kernel_names(fns[0])
-            info["kernels"] = names
             with TelemetrySampler(self.device.index or 0) as tele:
                 timing = time_gpu(fns, self.timing, self.device)
+            if "kernels" not in timing.extra:  # the CUPTI timer already saw them; else one profiled call
+                info["kernels"] = kernel_ids.kernel_names(fns[0])
             if tele.result is not None:
                 # energy per call is only reported for windows >= 1 s (see TelemetrySampler)
                 info.update(tele.result.to_extra_info(len(timing.samples_s) * timing.calls_per_sample))

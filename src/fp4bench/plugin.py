@@ -76,6 +76,7 @@ class Fp4Session:
     failed_tests: int = 0
     usage_error: str | None = None  # a bad --fp4-* value found while parametrizing
     health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
+    interrupted: bool = False  # a cut-short run is never a clean baseline candidate
     ready: bool = False
 
     def setup(self) -> None:
@@ -164,6 +165,7 @@ _KEY = pytest.StashKey[Fp4Session]()
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_KEY] = st = Fp4Session(config)
+    _CONFIGS.append(config)
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
@@ -251,6 +253,14 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     if outcome.get_result().failed:
         _state(item.config).failed_tests += 1
+
+
+def pytest_keyboard_interrupt(excinfo) -> None:
+    if _CONFIGS:
+        _state(_CONFIGS[-1]).interrupted = True
+
+
+_CONFIGS: list[pytest.Config] = []
 
 
 @pytest.fixture
@@ -375,7 +385,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
         verdicts = _final_compare(st).summary()
     output_json["fp4bench"] = make_section(st.fingerprint, st.availability,
                                            st.sweep.to_dict() if st.sweep else None,
-                                           clean=st.failed_tests == 0, verdicts=verdicts)
+                                           clean=st.failed_tests == 0 and not st.interrupted, verdicts=verdicts)
 
 
 def _final_compare(st: Fp4Session):

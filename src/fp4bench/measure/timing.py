@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from fp4bench.measure.kernels import device_time_per_group
+from fp4bench.measure.kernels import KERNEL, device_event_kind, device_time_per_group, normalize_kernel_name
 
 import torch
 
@@ -263,7 +263,10 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> Timi
         samples = s.samples
         if prof is not None:
             prof.stop()
-            busy = device_time_per_group(prof.events(), len(s.samples))
+            events = list(prof.events())
+            busy = device_time_per_group(events, len(s.samples))
+            extra["kernels"] = sorted({normalize_kernel_name(e.name) for e in events
+                                       if device_event_kind(e) == KERNEL})
             if busy is not None:
                 samples = [b / n for b in busy]
                 extra["span_median_s"] = float(np.median(s.samples))  # replay time incl. launch gaps
