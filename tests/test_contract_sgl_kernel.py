@@ -165,7 +165,7 @@ def test_fake_ops_reject_what_sgl_kernel_rejects(monkeypatch):
 def test_unsupported_shapes():
     dense, group = SglKernelDense(api=FakeSglKernel().api()), SglKernelGroup(api=FakeSglKernel().api())
     assert dense.unsupported_reason(GemmProblem(8, 64, 64)) is None
-    assert "K % 32" in dense.unsupported_reason(GemmProblem(8, 64, 48))
+    assert "K=48 is not a multiple of 32" in dense.unsupported_reason(GemmProblem(8, 64, 48))
     assert "N=48" in dense.unsupported_reason(GemmProblem(8, 48, 64))
     assert "does not run grouped" in dense.unsupported_reason(GroupedProblem((1,), 64, 64))
     assert group.unsupported_reason(GroupedProblem((1, 0), 128, 64)) is None

@@ -23,6 +23,7 @@ import torch
 
 from fp4bench.operands import Operands
 from fp4bench.problems import Problem
+from fp4bench.workloads import AlignmentPolicy, Skipped, align_problem
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class Backend(ABC):
     api: ClassVar[str] = ""
     #: True when the backend only runs on CUDA devices
     needs_cuda: ClassVar[bool] = True
+    #: shape rule the library checks (N % n_multiple, K % k_multiple); misaligned problems are
+    #: reported unsupported with the policy's name, never run
+    alignment: ClassVar[AlignmentPolicy | None] = None
 
     @abstractmethod
     def availability(self, device: torch.device) -> Availability:
@@ -96,6 +100,10 @@ class Backend(ABC):
         """None when ``problem`` can run; else why not (alignment, kind)."""
         if problem.kind not in self.kinds:
             return f"{self.name} does not run {problem.kind} problems"
+        if self.alignment is not None:
+            checked = align_problem(problem, self.alignment)
+            if isinstance(checked, Skipped):
+                return f"{self.name}: {checked.reason}"
         return None
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:

@@ -31,14 +31,13 @@ from fp4bench.backends import _gating
 from fp4bench.backends._marshal import decode_scale, mxfp4_pair, nvfp4_alpha, nvfp4_pair
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic, TacticUnsupported
 from fp4bench.operands import Operands
+from fp4bench.workloads import CUBLASLT_FP4
 from fp4bench.problems import GemmProblem, Problem
 
 NVFP4_SMS = frozenset({100, 103, 110, 120, 121})
 UNVERIFIED_SMS = frozenset({110})  # third-party report only (backends.md section 0)
 MXFP4_SMS = frozenset({100, 103})  # torch: "MXFP4 scaling only supported in CUDA for B200/B300" (major 10)
 MIN_CUDA = (12, 8)
-ALIGN_K = 32  # checks on the packed dims of _scaled_mm (backends.md section 2.1)
-ALIGN_N = 16
 
 
 def _fp4_dtype() -> torch.dtype:
@@ -101,6 +100,7 @@ def _cuda_version() -> tuple[int, int] | None:
 
 class _CublasLtBase(Backend):
     kinds = frozenset({"dense"})
+    alignment = CUBLASLT_FP4  # K % 32, N % 16: checks on the packed FP4 dims (backends.md §2.1)
     supported_sms: frozenset[int] = NVFP4_SMS
     needs_v2 = False
 
@@ -145,16 +145,6 @@ class _CublasLtBase(Backend):
         if self.needs_v2 and lib.v2_copies:
             notes.append("no _scaled_mm_v2.out in this torch: F.scaled_mm result copied into out (timed)")
         return Availability.yes(lib.version, "available" + (f" ({'; '.join(notes)})" if notes else ""))
-
-    def unsupported_reason(self, problem: Problem) -> str | None:
-        why = super().unsupported_reason(problem)
-        if why:
-            return why
-        assert isinstance(problem, GemmProblem)
-        if problem.k % ALIGN_K or problem.n % ALIGN_N:
-            return (f"{self.name}: needs K % {ALIGN_K} == 0 and N % {ALIGN_N} == 0 (torch scaled-mm "
-                    f"checks on the packed FP4 dims), got N={problem.n} K={problem.k}")
-        return None
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
         return [DEFAULT_TACTIC]  # cuBLASLt's heuristic picks the algorithm; torch exposes no choice

@@ -30,6 +30,7 @@ from fp4bench.backends import _gating
 from fp4bench.backends._marshal import nvfp4_alpha, nvfp4_pair
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic, TacticUnsupported
 from fp4bench.operands import Operands
+from fp4bench.workloads import CUTLASS_FP4_SM100
 from fp4bench.problems import GemmProblem, Problem
 
 SUPPORTED_SMS = frozenset({100, 103, 110, 120, 121})
@@ -37,8 +38,6 @@ DIST = "flashinfer-python"
 INIT_FAILURE = "Failed to initialize cutlass FP4 gemm"
 #: The SM100/103 wrapper checks ``k % 32`` and ``n % 32`` (csrc/fp4_gemm_cutlass.cu); SM120 leaves
 #: it to CUTLASS ``can_implement``. Applied on every GPU so all archs run the same problem set.
-ALIGN_K = 32
-ALIGN_N = 32
 
 
 # -- tactic labels (from flashinfer 0.7.2.post1 include/flashinfer/gemm/*template*.h) -------------
@@ -139,6 +138,7 @@ class FlashInferDense(Backend):
 
     name = "flashinfer-cutlass"
     kinds = frozenset({"dense"})
+    alignment = CUTLASS_FP4_SM100  # K % 32, N % 32 (FlashInfer's SM100 CUTLASS FP4 check)
     act_format = "nvfp4"
     weight_format = "nvfp4"
     api = "flashinfer CutlassFp4GemmRunner (mm_fp4 backend='cutlass'), explicit tactic, no autotuner"
@@ -170,16 +170,6 @@ class FlashInferDense(Backend):
             return Availability.no(f"flashinfer {lib.version}: mm_fp4 backend 'cutlass' does not support "
                                    f"{info.describe()}", lib.version)
         return Availability.yes(lib.version)
-
-    def unsupported_reason(self, problem: Problem) -> str | None:
-        why = super().unsupported_reason(problem)
-        if why:
-            return why
-        assert isinstance(problem, GemmProblem)
-        if problem.k % ALIGN_K or problem.n % ALIGN_N:
-            return (f"{self.name}: needs K % {ALIGN_K} == 0 and N % {ALIGN_N} == 0 (FlashInfer SM100 "
-                    f"CUTLASS FP4 check), got N={problem.n} K={problem.k}")
-        return None
 
     @staticmethod
     def _arch(device: torch.device) -> _gating.DeviceInfo:

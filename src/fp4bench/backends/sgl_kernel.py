@@ -29,6 +29,7 @@ from fp4bench.backends import _gating
 from fp4bench.backends._marshal import nvfp4_alpha, nvfp4_pair
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
 from fp4bench.operands import Operands
+from fp4bench.workloads import CUTLASS_FP4_SM100
 from fp4bench.problems import GemmProblem, GroupedProblem, Problem
 
 SUPPORTED_SMS = frozenset({100, 103, 120})
@@ -141,17 +142,8 @@ class SglKernelDense(_SglKernelBase):
 
     name = "sgl-kernel"
     kinds = frozenset({"dense"})
+    alignment = CUTLASS_FP4_SM100  # "Expected k/n to be divisible by 32" (nvfp4_scaled_mm_kernels.cu)
     api = "sgl_kernel cutlass_scaled_fp4_mm (registered op, output preallocated)"
-
-    def unsupported_reason(self, problem: Problem) -> str | None:
-        why = super().unsupported_reason(problem)
-        if why:
-            return why
-        assert isinstance(problem, GemmProblem)
-        if problem.k % ALIGN or problem.n % ALIGN:
-            return (f"{self.name}: needs K % {ALIGN} == 0 and N % {ALIGN} == 0 (cutlass_scaled_fp4_mm "
-                    f"check), got N={problem.n} K={problem.k}")
-        return None
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
         assert isinstance(problem, GemmProblem)

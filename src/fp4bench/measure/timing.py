@@ -158,6 +158,7 @@ def _calls_for(est_s: float, cfg: TimingConfig, copies: int = 1) -> int:
 
 
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}
+MAX_PROFILED_CALLS = 20_000
 
 
 def _sleep_cycles(per_call_s: float, fraction: float, device: torch.device) -> int:
@@ -253,6 +254,9 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> Timi
         if prof is not None:
             prof.start()
         while (why := s.done()) is None:
+            if prof is not None and len(s.samples) * n >= MAX_PROFILED_CALLS and len(s.samples) >= cfg.min_samples:
+                why = "profiled-call cap"  # keeps the profiler's event parsing to about a second
+                break
             start.record(stream)
             replay()
             end.record(stream)
@@ -262,8 +266,12 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> Timi
         extra: dict[str, Any] = {"estimate_s": est}
         samples = s.samples
         if prof is not None:
-            prof.stop()
-            events = list(prof.events())
+            try:
+                prof.stop()
+                events = list(prof.events())
+            except Exception as exc:  # profiler trouble must not lose the measurement
+                events = []
+                note = (note + "; " if note else "") + f"profiler failed ({type(exc).__name__})"
             busy = device_time_per_group(events, len(s.samples))
             extra["kernels"] = sorted({normalize_kernel_name(e.name) for e in events
                                        if device_event_kind(e) == KERNEL})
