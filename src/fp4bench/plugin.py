@@ -381,11 +381,14 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     from fp4bench.gate.baseline import make_section
 
     verdicts = None
+    clean = st.failed_tests == 0 and not st.interrupted
     if st.baseline is not None:
-        verdicts = _final_compare(st).summary()
+        result = _final_compare(st)
+        verdicts = result.summary()
+        clean = clean and result.exit_code == 0  # a run with MISSING or regressed entries is not clean
     output_json["fp4bench"] = make_section(st.fingerprint, st.availability,
                                            st.sweep.to_dict() if st.sweep else None,
-                                           clean=st.failed_tests == 0 and not st.interrupted, verdicts=verdicts)
+                                           clean=clean, verdicts=verdicts)
 
 
 def _final_compare(st: Fp4Session):
