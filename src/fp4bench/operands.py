@@ -9,6 +9,7 @@ interleave, views); the reference decodes the canonical objects.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,25 +41,57 @@ def fp8_rowwise_quantize(x: torch.Tensor) -> FP8Rowwise:
     return FP8Rowwise(data, scale)
 
 
+# Quantizing a whole MoE layer at once (e.g. GLM-5 gate_up: 6.4 G elements) makes several fp32
+# temporaries of 26 GB each; an H200 ran out of memory that way. Rows of experts are quantized in
+# chunks of at most this many elements and concatenated (the result is bit-identical: every
+# block and every per-expert global scale lives inside one expert).
+CHUNK_ELEMENTS = 1 << 28
+
+
+def _quantize_whole(x: torch.Tensor, fmt: str, gs: torch.Tensor | None) -> Any:
+    if fmt == "nvfp4":
+        return formats.nvfp4_quantize(x, global_scale=gs)
+    if fmt == "mxfp4":
+        return formats.mxfp4_quantize(x, scale_rounding="rceil")
+    return fp8_rowwise_quantize(x)
+
+
+def _concat(parts: list[Any]) -> Any:
+    first = parts[0]
+    fields = {}
+    for f in dataclasses.fields(first):
+        vals = [getattr(p, f.name) for p in parts]
+        v0 = vals[0]
+        fields[f.name] = torch.cat(vals, 0) if isinstance(v0, torch.Tensor) and v0.dim() > 0 else v0
+    return type(first)(**fields)
+
+
 def quantize(x: torch.Tensor, fmt: str, per_leading_dim: bool = False) -> Any:
     """Quantize ``x`` (``[..., K]``) to ``fmt``; None for formats kept in high precision.
 
     ``per_leading_dim`` gives each ``x[i]`` its own NVFP4 global scale (one per expert, as
-    checkpoints store ``weight_scale_2`` per expert).
+    checkpoints store ``weight_scale_2`` per expert); otherwise one global scale for the tensor.
     """
-    if fmt == "nvfp4":
-        gs = None
-        if per_leading_dim:
-            amax = x.abs().float().amax(dim=tuple(range(1, x.dim())), keepdim=True)
-            gs = formats.nvfp4_global_scale(amax)
-        return formats.nvfp4_quantize(x, global_scale=gs)
-    if fmt == "mxfp4":
-        return formats.mxfp4_quantize(x, scale_rounding="rceil")
-    if fmt == "fp8":
-        return fp8_rowwise_quantize(x)
     if fmt == "bf16":
         return None
-    raise ValueError(f"unknown format {fmt!r}; expected one of nvfp4, mxfp4, bf16, fp8")
+    if fmt not in ("nvfp4", "mxfp4", "fp8"):
+        raise ValueError(f"unknown format {fmt!r}; expected one of nvfp4, mxfp4, bf16, fp8")
+    gs = None
+    if fmt == "nvfp4":
+        if per_leading_dim:
+            amax = x.abs().float().amax(dim=tuple(range(1, x.dim())), keepdim=True)
+        else:
+            amax = x.abs().float().amax()
+        gs = formats.nvfp4_global_scale(amax)
+    per_row = x[0].numel() if x.dim() > 1 else x.numel()
+    rows = max(1, CHUNK_ELEMENTS // max(1, per_row))
+    if x.dim() < 2 or x.shape[0] <= rows:
+        return _quantize_whole(x, fmt, gs)
+    parts = []
+    for lo in range(0, x.shape[0], rows):
+        g = gs[lo:lo + rows] if gs is not None and gs.dim() > 0 else gs
+        parts.append(_quantize_whole(x[lo:lo + rows], fmt, g))
+    return _concat(parts)
 
 
 def dequantize(q: Any) -> torch.Tensor:
