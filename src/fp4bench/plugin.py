@@ -164,6 +164,9 @@ _KEY = pytest.StashKey[Fp4Session]()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # Before any CUDA allocation: a sweep allocates and frees 10+ GB operand sets per problem;
+    # with fixed segments an H200 run reported 113 GiB "reserved but unallocated" and went OOM.
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     config.stash[_KEY] = st = Fp4Session(config)
     _CONFIGS.append(config)
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")

@@ -285,6 +285,7 @@ def _atomic_write(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a baseline is a shared, committed file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
