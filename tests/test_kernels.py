@@ -159,3 +159,23 @@ def test_matmul_kernels_on_gpu():
     assert set(cap.kernels) < set(with_fill.names(include_memset=True))  # the fill shows up
     times = kernel_times(lambda: x @ x, 5)
     assert times.per_call_s is not None and times.per_call_s > 0
+
+
+def test_device_time_per_group_splits_replays_in_time_order():
+    from types import SimpleNamespace as NS
+
+    from fp4bench.measure.kernels import device_time_per_group
+
+    cuda = torch.autograd.DeviceType.CUDA
+
+    def ev(start_us, dur_us, name="k", activity="kernel", dev=cuda):
+        return NS(name=name, device_type=dev, activity_type=activity, is_user_annotation=False,
+                  time_range=NS(start=start_us, end=start_us + dur_us))
+
+    # two replays of (kernel 10 µs, memset 1 µs, kernel 5 µs), given out of order, plus host noise
+    events = [ev(40, 5), ev(0, 10), ev(12, 1, "Memset", "gpu_memset"), ev(15, 5), ev(30, 10),
+              ev(42, 1, "Memset", "gpu_memset"), ev(1, 99, "cpu op", None, torch.autograd.DeviceType.CPU)]
+    busy = device_time_per_group(events, 2)
+    assert busy == pytest.approx([16e-6, 16e-6])  # gaps between kernels are not charged
+    assert device_time_per_group(events, 4) is None  # 6 device events do not split into 4 replays
+    assert device_time_per_group([], 1) is None

@@ -144,3 +144,19 @@ def test_moe_operands_shapes_and_routing():
     assert ops.topk_ids.tolist() == [[0, 1], [2, 3], [1, 2]]
     torch.testing.assert_close(ops.topk_weights.sum(dim=1), torch.ones(3))
     assert decoded_weights(ops).shape == (4, 64, 64)
+
+
+@pytest.mark.parametrize("fmt, per_expert", [("nvfp4", True), ("nvfp4", False), ("mxfp4", False), ("fp8", False)])
+def test_chunked_quantization_is_bit_identical(monkeypatch, fmt, per_expert):
+    """Large operands are quantized in expert chunks (memory); the bytes must not change."""
+    import fp4bench.operands as o
+
+    x = (torch.randn(12, 32, 64, generator=torch.Generator().manual_seed(5)) * 3).to(torch.bfloat16)
+    whole = o.quantize(x, fmt, per_expert)
+    monkeypatch.setattr(o, "CHUNK_ELEMENTS", 32 * 64 * 5)  # 5 experts per chunk: 3 uneven chunks
+    chunked = o.quantize(x, fmt, per_expert)
+    for f in dataclasses.fields(whole):
+        a, b = getattr(whole, f.name), getattr(chunked, f.name)
+        if a.dtype == torch.float8_e4m3fn:
+            a, b = a.view(torch.uint8), b.view(torch.uint8)
+        assert torch.equal(a, b), f.name
