@@ -72,7 +72,6 @@ class Fp4Session:
     measured: dict[str, tuple[list[float], dict]] = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
     deselected: set[str] = field(default_factory=set)
-    collected: set[str] = field(default_factory=set)
     failed_tests: int = 0
     usage_error: str | None = None  # a bad --fp4-* value found while parametrizing
     health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
@@ -241,9 +240,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     st = _state(config)
-    if st.usage_error:
+    if st.usage_error:  # raised here, after collection, so it is a one-line usage error
         raise pytest.UsageError(st.usage_error)
-    st.collected.update(i.nodeid for i in items)
 
 
 def pytest_deselected(items: list) -> None:
