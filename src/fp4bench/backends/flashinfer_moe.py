@@ -283,8 +283,16 @@ class _FlashInferCutlassMoE(Backend):
         return self.lib.device_arch(device)
 
     # -- shapes ------------------------------------------------------------------------
+    #: hidden and inter must be multiples of this, for the reason in ``dim_why``
+    dim_multiple: ClassVar[int]
+    dim_why: ClassVar[str]
+
     def _shape_reason(self, p: MoEProblem) -> str | None:
-        raise NotImplementedError
+        bad = [f"{n}={v}" for n, v in (("hidden", p.hidden), ("inter", p.inter)) if v % self.dim_multiple]
+        if bad:
+            return (f"{self.name} needs hidden and inter divisible by {self.dim_multiple} ({self.dim_why}); "
+                    f"got {', '.join(bad)}")
+        return None
 
     def unsupported_reason(self, problem: Problem) -> str | None:
         why = super().unsupported_reason(problem)
@@ -413,12 +421,8 @@ class FlashInferCutlassMoEW4A16(_FlashInferCutlassMoE):
     #: gpt-oss H = I = 2880 is zero-padded to 3072 by the serving stacks that run this kernel
     padding = FLASHINFER_MXFP4_PAD
 
-    def _shape_reason(self, p: MoEProblem) -> str | None:
-        bad = [f"{n}={v}" for n, v in (("hidden", p.hidden), ("inter", p.inter)) if v % 128]
-        if bad:
-            return ("SM90 W4A16 needs hidden and inter divisible by 128 (scale interleave: rows % 64, "
-                    f"K % 128); got {', '.join(bad)} (serving stacks zero-pad up to a multiple of 128/256)")
-        return None
+    dim_multiple = 128
+    dim_why = "SM90 W4A16 scale interleave: rows % 64, K % 128; serving stacks zero-pad to 128/256"
 
     def _runner_args(self) -> tuple[torch.dtype, torch.dtype, bool]:
         return torch.bfloat16, torch.uint8, True
@@ -457,12 +461,8 @@ class FlashInferCutlassMoENVFP4(_FlashInferCutlassMoE):
     supported_ccs = frozenset({100, 103, 110, 120, 121})
     intermediate = "nvfp4"
 
-    def _shape_reason(self, p: MoEProblem) -> str | None:
-        bad = [f"{n}={v}" for n, v in (("hidden", p.hidden), ("inter", p.inter)) if v % 64]
-        if bad:
-            return ("NVFP4 fused MoE needs hidden and inter divisible by 64 (one 128x4 scale tile "
-                    f"covers 64 K elements; fc1 scale rows are 2*align64(inter)); got {', '.join(bad)}")
-        return None
+    dim_multiple = 64
+    dim_why = "NVFP4 fused MoE: one 128x4 scale tile covers 64 K elements; fc1 scale rows are 2*align64(inter)"
 
     def _runner_args(self) -> tuple[torch.dtype, torch.dtype, bool]:
         return torch.uint8, torch.int64, False
