@@ -143,3 +143,22 @@ def test_operands_and_reference_are_cached_and_shared_across_backends():
     first = small.operands(DENSE, "nvfp4", "nvfp4")
     small.operands(GemmProblem(8, 32, 64), "nvfp4", "nvfp4")
     assert small.operands(DENSE, "nvfp4", "nvfp4") is not first
+
+
+def test_prepare_runs_once_per_backend_and_problem_across_tactics():
+    """A tactic sweep reuses the prepared layouts; a new problem or backend prepares afresh."""
+    r = _runner()
+    b, other = Counting(), Counting()
+    for t in b.tactics(DENSE, CPU):
+        assert r.run(b, DENSE, t).status == MEASURED
+    assert b.prepares == 1  # CPU: no rotating copies, so exactly one prepare for both tactics
+    r.run(other, DENSE, Tactic(None, "default"))
+    assert other.prepares == 1
+    r.run(b, GemmProblem(8, 32, 64, Origin("glm-5", 8, 1, "uniform", "shared_down")), Tactic(None, "default"))
+    r.run(b, DENSE, Tactic(None, "default"))
+    assert b.prepares == 3  # the cache holds one entry: back to DENSE prepares again
+
+
+def test_reference_backend_declares_why_it_is_not_graph_captured():
+    assert TorchReference.no_graph_reason and "graph" in TorchReference.no_graph_reason
+    assert get_backend("torch-bf16").no_graph_reason is None

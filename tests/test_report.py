@@ -10,7 +10,7 @@ import numpy as np
 from _benchjson import H200, bench_entry, bench_json, samples
 from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.verdict import Policy, compare, format_seconds
-from fp4bench.report import describe_changes, results_table, verdict_table
+from fp4bench.report import delta_spread, describe_changes, results_table, verdict_table
 
 
 def _result():
@@ -72,3 +72,13 @@ def test_format_seconds():
     assert format_seconds(2.0) == "2 s"
     assert format_seconds(5e-9) == "5 ns"
     assert format_seconds(None) == "-"
+
+
+def test_delta_spread_covers_timed_benchmarks_measured_in_both_runs():
+    res = _result()
+    n, med, p95, mx = delta_spread(res)
+    ratios = sorted(abs(v.ratio - 1) for v in res.verdicts if v.kind == "timing" and v.ratio is not None)
+    assert n == 3 == len(ratios)  # pass, slow, throttled; not the missing, new or availability entries
+    assert med == ratios[1] and mx == ratios[-1] and ratios[1] <= p95 <= ratios[-1]
+    assert mx > 0.3  # the throttled one: 35 µs vs 25 µs
+    assert f"median |Δ| {med * 100:.2f}%" in verdict_table(res)

@@ -76,6 +76,11 @@ class CaseRunner:
         self._ops: OrderedDict[tuple, Operands] = OrderedDict()
         self._refs: OrderedDict[tuple, _Reference] = OrderedDict()
         self._cache_size = cache_size
+        # one backend's prepared operands, reused by all its tactics of a problem (the sweep is
+        # problem-major and backend-contiguous): re-interleaving a 5 GB MoE layer per tactic
+        # would dominate a tactic sweep's wall time
+        self._prep_key: tuple | None = None
+        self._prep: Prepared | None = None
 
     # -- caches -------------------------------------------------------------------------
     def _lru(self, cache: OrderedDict, key: tuple, make):
@@ -116,6 +121,15 @@ class CaseRunner:
             bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k)
         return bound
 
+    def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
+        key = (backend.name, id(backend), problem.id, ops.act_format, ops.weight_format, id(ops))
+        if self._prep_key != key:
+            self._prep_key, self._prep = None, None  # drop the old one before allocating the new
+            self._prep = backend.prepare(problem, ops, self.device)
+            self._prep_key = key
+        assert self._prep is not None
+        return self._prep
+
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
         """Gate, check and (unless ``measure`` is False: correctness only) time one case."""
@@ -126,7 +140,7 @@ class CaseRunner:
         if why:
             return CaseResult(SKIPPED, f"{backend.name}: {why}")
         ops = self.operands(problem, backend.act_format, backend.weight_format)
-        prep = backend.prepare(problem, ops, self.device)
+        prep = self.prepared(backend, problem, ops)
         ref = self.reference(ops)
         info = self._describe(backend, avail.version, problem, tactic)
         try:
@@ -143,7 +157,7 @@ class CaseRunner:
         fns = self._rotating_calls(backend, problem, ops, prep, tactic)
         if self.device.type == "cuda":
             with TelemetrySampler(self.device.index or 0) as tele:
-                timing = time_gpu(fns, self.timing, self.device)
+                timing = time_gpu(fns, self.timing, self.device, backend.no_graph_reason)
             if "kernels" not in timing.extra:  # the CUPTI timer already saw them; else one profiled call
                 info["kernels"] = kernel_ids.kernel_names(fns[0])
             if tele.result is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from fp4bench.gate.verdict import CompareResult, Status, Verdict, format_p, format_seconds
 
 
@@ -45,6 +47,18 @@ def _verdict_label(v: Verdict) -> str:
 
 def _pct(v: Verdict) -> str:
     return "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
+
+
+def delta_spread(result: CompareResult) -> tuple[int, float, float, float] | None:
+    """(n, median, p95, max) of |new/base - 1| over timed benchmarks measured in both runs.
+
+    On an unchanged stack this is the run-to-run noise a user should expect (the A/A numbers
+    of docs/measurement.md); p95 uses numpy's linear interpolation."""
+    d = [abs(v.ratio - 1) for v in result.verdicts
+         if v.kind == "timing" and v.ratio is not None and math.isfinite(v.ratio)]
+    if not d:
+        return None
+    return len(d), float(np.median(d)), float(np.percentile(d, 95)), max(d)
 
 
 def verdict_table(result: CompareResult) -> str:
@@ -91,6 +105,11 @@ def verdict_table(result: CompareResult) -> str:
     if suspects:
         lines.append("")
         lines.append(f"suspects to re-measure ({len(suspects)}): " + ", ".join(suspects))
+    spread = delta_spread(result)
+    if spread is not None:
+        lines.append("")
+        lines.append(f"Δ of the medians over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
+                     f"p95 |Δ| {spread[2] * 100:.2f}%, max |Δ| {spread[3] * 100:.2f}%")
     lines.append("")
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
     outcome = "regression" if result.exit_code else "no regression"

@@ -91,6 +91,10 @@ class Backend(ABC):
     #: shape rule the library checks (N % n_multiple, K % k_multiple); misaligned problems are
     #: reported unsupported with the policy's name, never run
     alignment: ClassVar[AlignmentPolicy | None] = None
+    #: None when ``run`` can be captured into a CUDA graph; else why not (the timer then uses
+    #: back-to-back launches between events and says so, instead of attempting a capture that
+    #: fails mid-way and invalidates the capture stream)
+    no_graph_reason: ClassVar[str | None] = None
 
     @abstractmethod
     def availability(self, device: torch.device) -> Availability:

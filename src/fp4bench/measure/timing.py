@@ -208,8 +208,12 @@ def time_cpu(fns: Sequence[Fn], cfg: TimingConfig) -> TimingResult:
                         note="CPU-only backend: wall clock, not GPU time", wall_s=time.perf_counter() - s.t0)
 
 
-def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> TimingResult:
-    """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events."""
+def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_graph_reason: str | None = None
+             ) -> TimingResult:
+    """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events.
+
+    ``no_graph_reason``: the callable is known not to be capturable; events are used directly
+    and the reason goes into the note."""
     if cfg.mode == "cpu":
         return time_cpu(fns, cfg)
     if not fns:
@@ -232,7 +236,9 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device) -> Timi
 
     note = f"injected slowdown {cfg.inject_slowdown:.0%} (test-only hook)" if sleep else ""
     graph = None
-    if cfg.mode == "graph":
+    if cfg.mode == "graph" and no_graph_reason:
+        note = (note + "; " if note else "") + f"no CUDA graph: {no_graph_reason}"
+    elif cfg.mode == "graph":
         try:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
