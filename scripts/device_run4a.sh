@@ -6,11 +6,7 @@
 set -uo pipefail
 T0=$(date +%s); DEADLINE=${DEADLINE:-565}
 left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
-export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-bash .devbundle/install.sh >/dev/null && export PYTHONPATH=/tmp/site:$PYTHONPATH
-NVLIB=$(python3 -c "import glob,sys,os; c=[os.path.dirname(f) for p in sys.path if p for f in glob.glob(p+'/nvidia/*/lib/libnvrtc.so.13*')]; print(c[0] if c else '')")
-export LD_LIBRARY_PATH=$NVLIB:${LD_LIBRARY_PATH:-}
+source scripts/device_env.sh
 ( export FLASHINFER_CUDA_ARCH_LIST="10.0a 12.0f" MAX_JOBS=12; setsid nohup python3 scripts/fi_cross_compile.py sm120 \
     --json "$OUT/xc_sm120.json" > /tmp/xc_sm120.log 2>&1 & )
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv

@@ -4,10 +4,12 @@ For a GLM-5 gate_up shape (N = 2·2048, K = 6144) and M = 1 … 16384 it measure
 ``torch.mm`` and FP8 rowwise ``torch._scaled_mm``:
 
 * ``fp4bench``: fp4bench's default timer (CUDA graph of N calls; CUPTI busy time per replay / N), hot L2,
-* ``sustained``: torch.profiler (CUPTI) kernel time per call (median) of the last 200 of eager
-  back-to-back calls that ran for as long as the timed window, so the GPU is in the same
-  power/clock state as during timing (the primary reference; run 2 showed that a 30-call burst
-  runs at a higher clock than a 1 s window of a ~800 TFLOP/s GEMM on a power-capped GPU),
+* ``interleaved``: the primary reference since run 4: CUPTI kernel time per call of graph
+  replays and of eager launches *alternating* within one profiled window, so both see the same
+  power/clock state (see ``interleaved``),
+* ``sustained``: CUPTI kernel time per call (median) of the last 200 of eager back-to-back calls
+  that ran for as long as the timed window (run 4; on the power-capped H200 its clock still
+  differed from the timed window's by up to 400 MHz for M >= 256),
 * ``profiler``: the same for 30-call bursts just before and just after the timed window
   (run 2's reference, kept for comparison),
 * ``sm_clock``: NVML median SM clock during the sustained window and during the timed window,
@@ -68,6 +70,48 @@ def naive_events(fn, reps: int = 50) -> float:
     return statistics.median(ts)
 
 
+def interleaved(fn, seconds: float, dev: torch.device, n: int = 8) -> tuple[float | None, float | None]:
+    """Median kernel time per call of graph-launched vs eager-launched calls, interleaved.
+
+    One CUDA graph of ``n`` calls is replayed, then ``n`` eager calls are launched, alternately,
+    for ``seconds`` under the profiler; device work is split into blocks of ``n`` calls in time
+    order, even blocks from the graph, odd ones eager. Both kinds see the same power/clock state
+    (a power-capped GPU moves its clock between windows a second apart, by up to 13 % in run 4),
+    so this compares the timer's kernel time inside graphs with the profiler's eager kernel
+    time without that confound."""
+    from torch.profiler import ProfilerActivity, profile
+
+    stream = torch.cuda.Stream(dev)
+    stream.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.synchronize(dev)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(n):
+            fn()
+    pairs = 0
+    with torch.cuda.stream(stream):
+        graph.replay()
+        torch.cuda.synchronize(dev)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            t_end = time.perf_counter() + seconds
+            while time.perf_counter() < t_end and pairs < 400:
+                graph.replay()
+                for _ in range(n):
+                    fn()
+                pairs += 1
+                if pairs % 8 == 0:
+                    torch.cuda.synchronize(dev)
+            torch.cuda.synchronize(dev)
+    per_call = device_time_per_group(list(prof.events()), 2 * pairs * n)
+    del graph
+    if not per_call:
+        return None, None
+    blocks = [sum(per_call[i:i + n]) / n for i in range(0, len(per_call), n)]
+    return statistics.median(blocks[0::2]), statistics.median(blocks[1::2])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ms", default="1,4,16,64,256,1024,4096,16384")
@@ -96,6 +140,7 @@ def main() -> None:
             with TelemetrySampler(dev.index or 0) as tel:
                 res = time_gpu([fn], cfg, dev)  # fp4bench's timer: CUPTI busy time inside graph replays
             after = kernel_times(fn, repeats=30).per_call_s
+            il_graph, il_eager = interleaved(fn, args.budget, dev)
             prof = (before + after) / 2 if before and after else None  # brackets the timed window
             naive = naive_events(fn)
             span = res.extra.get("span_median_s")
@@ -108,10 +153,12 @@ def main() -> None:
                    "sustained_throttle": sus_tel["throttle"],
                    "profiler_s": prof, "profiler_before_s": before, "profiler_after_s": after,
                    "graph_span_s": span, "naive_events_s": naive,
+                   "interleaved_graph_s": il_graph, "interleaved_eager_s": il_eager,
                    "same_kernels": graph_kernels == eager_kernels, "graph_kernels": graph_kernels,
                    "eager_kernels": eager_kernels}
             row["fp4bench_vs_sustained"] = res.median_s / sus - 1 if sus else None
             row["fp4bench_vs_profiler"] = res.median_s / prof - 1 if prof else None
+            row["graph_vs_eager_interleaved"] = il_graph / il_eager - 1 if il_graph and il_eager else None
             rows.append(row)
             f = lambda x: x * 1e6 if x else float("nan")  # noqa: E731
             print(f"{name:15s} M={m:6d} fp4bench {f(res.median_s):9.2f} us  sustained {f(sus):9.2f} us"
@@ -119,6 +166,8 @@ def main() -> None:
                   f" | burst {f(prof):9.2f} (before {f(before):.2f}, after {f(after):.2f})"
                   f" d={row['fp4bench_vs_profiler'] * 100 if prof else float('nan'):+6.2f}%"
                   f" | clock sustained {sus_tel['sm_clock_mhz']} timed {row['timed_sm_clock_mhz']} MHz"
+                  f" | interleaved graph {f(il_graph):9.2f} eager {f(il_eager):9.2f} us"
+                  f" d={row['graph_vs_eager_interleaved'] * 100 if row['graph_vs_eager_interleaved'] is not None else float('nan'):+6.2f}%"
                   f" | span {f(span):9.2f} naive {f(naive):9.2f} | same kernels {row['same_kernels']}"
                   f" [{res.method}]", flush=True)
     out = os.environ.get("OUT")

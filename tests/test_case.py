@@ -162,3 +162,20 @@ def test_prepare_runs_once_per_backend_and_problem_across_tactics():
 def test_reference_backend_declares_why_it_is_not_graph_captured():
     assert TorchReference.no_graph_reason and "graph" in TorchReference.no_graph_reason
     assert get_backend("torch-bf16").no_graph_reason is None
+
+
+def test_moe_reference_carries_the_unquantized_layer_for_the_end_to_end_metric():
+    """MoE cases record e2e cosine/SQNR against the bf16 layer, like dense and grouped cases."""
+    from fp4bench.measure.verify import cosine
+    from fp4bench.problems import MoEProblem
+    from fp4bench.reference_moe import unquantized_moe
+
+    p = MoEProblem(hidden=64, inter=32, num_experts=4, top_k=2, topk_ids=((0, 1), (2, 3), (1, 2), (3, 0)))
+    r = _runner()
+    ops = r.operands(p, "bf16", "mxfp4")
+    ref = r.reference(ops)
+    assert ref.unquantized is not None
+    torch.testing.assert_close(ref.unquantized, unquantized_moe(ops))
+    c = cosine(ref.unquantized, ref.out)
+    # 4-bit weights with an 8-bit power-of-two scale per 32: a few % quantization loss, never exact
+    assert 0.9 < c < 1.0

@@ -104,7 +104,8 @@ class CaseRunner:
                 from fp4bench import reference_moe
 
                 out = reference_moe.reference_moe(ops)
-                return _Reference(out, reference_moe.moe_error_bound(ops, out), None)
+                # the end-to-end quantization loss vs the bf16 layer (recorded, not pass/fail)
+                return _Reference(out, reference_moe.moe_error_bound(ops, out), reference_moe.unquantized_moe(ops))
             out = reference_gemm(ops)
             if isinstance(ops.problem, GemmProblem):
                 bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k)
@@ -129,6 +130,10 @@ class CaseRunner:
             self._prep_key = key
         assert self._prep is not None
         return self._prep
+
+    def drop_prepared(self) -> None:
+        """Forget the cached prepared operands (the next case prepares afresh)."""
+        self._prep_key, self._prep = None, None
 
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:

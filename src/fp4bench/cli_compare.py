@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("base", help="baseline file (e.g. baselines/<gpu>/approved.json)")
     ap.add_argument("new", help="current run's --benchmark-json file")
     ap.add_argument("--floor", type=_percent, default=d.floor * 100,
-                    help="smallest slowdown that fails, in %% (default %(default)g)")
+                    help="smallest slowdown that must fail, in %% (default %(default)g)")
+    ap.add_argument("--drift", type=_percent, default=d.drift * 100,
+                    help="run-to-run shift of an unchanged stack, in %%: changes within it of the floor "
+                         "fail too (guard band; default %(default)g)")
     ap.add_argument("--alpha", type=_alpha, default=d.alpha,
                     help="family-wise significance level, Holm-corrected (default %(default)g)")
     ap.add_argument("--noise-k", type=float, default=d.noise_k,
@@ -83,6 +86,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     try:
         policy = Policy(
             floor=args.floor / 100.0,
+            drift=args.drift / 100.0,
             alpha=args.alpha,
             noise_k=args.noise_k,
             min_samples=args.min_samples,

@@ -49,7 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against")
     g.addoption("--fp4-save-baseline", nargs="?", const="auto", default=None,
                 help="write this run as a candidate baseline (default path baselines/<gpu>/candidates/<UTC>.json)")
-    g.addoption("--fp4-floor", type=float, default=5.0, help="regression effect-size floor in %% (default 5)")
+    g.addoption("--fp4-floor", type=float, default=5.0, help="slowdown in %% that must fail (default 5)")
+    g.addoption("--fp4-drift", type=float, default=2.0,
+                help="run-to-run shift in %% of an unchanged stack; the guard band below the floor (default 2)")
     g.addoption("--fp4-alpha", type=float, default=0.05, help="family-wise significance level")
     g.addoption("--fp4-allow-missing", action="store_true", help="baseline benchmarks not run are not a failure")
     g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
@@ -111,7 +113,7 @@ class Fp4Session:
         gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
         self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
                                  peaks=gpu_peaks)
-        self.policy = Policy(floor=opt("fp4_floor") / 100.0, alpha=opt("fp4_alpha"),
+        self.policy = Policy(floor=opt("fp4_floor") / 100.0, drift=opt("fp4_drift") / 100.0, alpha=opt("fp4_alpha"),
                              allow_missing=opt("fp4_allow_missing"))
 
     def sweep_options(self):
@@ -356,7 +358,9 @@ def _gate(request, benchmark, st: Fp4Session, spec, backend, base, fullname: str
     m = max(1, len(st.baseline.benchmarks))
     v = judge(fullname, base, res.timing.samples_s, res.extra_info, st.policy, m)
     if v.status is Status.FAIL and not st.config.getoption("fp4_no_confirm"):
-        # confirm a suspect with fresh samples before failing (measurement.md §11.5)
+        # confirm a suspect with fresh samples before failing (measurement.md §11.5); fresh
+        # buffers too, so an unlucky allocation is not measured twice
+        st.runner.drop_prepared()
         again = st.runner.run(backend, spec.problem, spec.tactic)
         if again.timing is not None:
             v2 = judge(fullname, base, again.timing.samples_s, again.extra_info, st.policy, m)
