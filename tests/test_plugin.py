@@ -323,6 +323,16 @@ def test_fault_plugin_zero_band(bench):
                 f"all {32 * n} outputs are 0 while max|ref| = ") in out
     assert "on glm-5-b16" not in out  # M = 16 is outside the band: checked, timed, passed
     assert out.count("fault-zero-band  default  glm-5 b16 shared_") == 2  # in the results table
+    # failed, skipped and measured tests alike: fp4bench owns the fixture, pytest-benchmark stays quiet
+    assert "Benchmark fixture was not used" not in out
+
+
+def test_correctness_only_run_checks_every_case_without_fixture_warnings(bench):
+    res = bench.runpytest(*TINY, "--benchmark-disable", "--fp4-plugin", "fp4bench.testing.faults",
+                          "--fp4-backends", "fault-zero-band,torch-bf16", "--fp4-batches", "32")
+    out = res.stdout.str()
+    assert _outcomes(res) == {"passed": 2, "failed": 2}  # the zero band is still caught untimed
+    assert "Benchmark fixture was not used" not in out
 
 
 @pytest.mark.parametrize(

@@ -294,6 +294,9 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     from fp4bench.measure.timing import record_in_benchmark
 
     fullname = benchmark.fullname if hasattr(benchmark, "fullname") else request.node.nodeid
+    # fp4bench owns this fixture whatever the outcome (skip, failed check, --benchmark-disable):
+    # without this pytest-benchmark warns "Benchmark fixture was not used at all" on those tests
+    benchmark._mode = "fp4bench"
     base = _baseline_record(st, fullname)
     backend = get_backend(spec.backend)
     key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
