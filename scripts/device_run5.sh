@@ -3,11 +3,13 @@
 #  1. timing fidelity with the interleaved graph/eager reference (same power state for both), M = 1 … 16384;
 #  2. an on-device 5 % injected slowdown under the guard-band gate (run 4's 5 % number came from scaled
 #     samples), gated against a fresh run of the default sweep;
-#  3. the MoE end-to-end metric (cosine/SQNR vs the bf16 layer) on the GLM-5 and gpt-oss-120b decode problems.
+#  3. the MoE end-to-end metric (cosine/SQNR vs the bf16 layer) on the GLM-5 and gpt-oss-120b decode problems;
+#  0. first: FlashInfer's block_scale_interleave / e2m1_and_ufp8sf_scale_to_float as oracles for our
+#     swizzle and dequantize (fp4_quantization_90.so, built on the CPU box in 57 s, carried in .devbundle/fi_moe).
 # Needs carry [".devbundle"]. Results under $OUT.
 set -uo pipefail
 source scripts/device_env.sh
-timeout 60 python3 scripts/fi_moe_smoke.py --so-dir .devbundle/fi_moe --tokens 4 --inter 128 --max-tactics 1 --skip-oracles 2>&1 | grep RESULT
+timeout 90 python3 scripts/fi_moe_smoke.py --so-dir .devbundle/fi_moe --tokens 16 --inter 256 --max-tactics 2 2>&1 | grep -E "RESULT|oracles"
 export FLASHINFER_DISABLE_JIT=1
 timeout 120 python3 scripts/timing_fidelity.py --ms 1,64,256,1024,4096,16384 --budget 0.5 > "$OUT/fidelity.log" 2>&1
 grep -E "^(bf16|fp8)" "$OUT/fidelity.log" | sed -E 's/ +/ /g' | cut -c1-260
