@@ -79,7 +79,7 @@ class CaseRunner:
         # one backend's prepared operands, reused by all its tactics of a problem (the sweep is
         # problem-major and backend-contiguous): re-interleaving a 5 GB MoE layer per tactic
         # would dominate a tactic sweep's wall time
-        self._prep_key: tuple | None = None
+        self._prep_for: tuple[Backend, Operands] | None = None
         self._prep: Prepared | None = None
 
     # -- caches -------------------------------------------------------------------------
@@ -123,17 +123,18 @@ class CaseRunner:
         return bound
 
     def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
-        key = (backend.name, id(backend), problem.id, ops.act_format, ops.weight_format, id(ops))
-        if self._prep_key != key:
-            self._prep_key, self._prep = None, None  # drop the old one before allocating the new
+        """``backend.prepare`` for these very operands, reused until another backend or operand set
+        comes (identity, not ids: an evicted operand set's address may be reused)."""
+        held = self._prep_for
+        if self._prep is None or held is None or held[0] is not backend or held[1] is not ops:
+            self.drop_prepared()  # free the old layouts before allocating the new
             self._prep = backend.prepare(problem, ops, self.device)
-            self._prep_key = key
-        assert self._prep is not None
+            self._prep_for = (backend, ops)
         return self._prep
 
     def drop_prepared(self) -> None:
         """Forget the cached prepared operands (the next case prepares afresh)."""
-        self._prep_key, self._prep = None, None
+        self._prep_for, self._prep = None, None
 
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
