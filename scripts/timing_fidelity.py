@@ -4,9 +4,12 @@ For a GLM-5 gate_up shape (N = 2·2048, K = 6144) and M = 1 … 16384 it measure
 ``torch.mm`` and FP8 rowwise ``torch._scaled_mm``:
 
 * ``fp4bench``: fp4bench's default timer (CUDA graph of N calls; CUPTI busy time per replay / N), hot L2,
-* ``interleaved``: the primary reference since run 4: CUPTI kernel time per call of graph
-  replays and of eager launches *alternating* within one profiled window, so both see the same
-  power/clock state (see ``interleaved``),
+* ``interleaved``: the primary reference (runs 5-7): CUPTI kernel time per call of replays of
+  the timer's graph (same calls per replay) and of as many eager launches, *alternating* within
+  one profiled window, so both see the same power/clock state (see ``interleaved``),
+* ``alternating``: (run 6) fp4bench's own timer (``time_gpu``, unchanged) and a profiled eager
+  run of the same calls in adjacent 0.1 s windows, order flipped each round, per-round ratio;
+  on the power-capped H200 the clock still moves between such windows at M >= 1024,
 * ``sustained``: CUPTI kernel time per call (median) of the last 200 of eager back-to-back calls
   that ran for as long as the timed window (run 4; on the power-capped H200 its clock still
   differed from the timed window's by up to 400 MHz for M >= 256),
@@ -70,7 +73,7 @@ def naive_events(fn, reps: int = 50) -> float:
     return statistics.median(ts)
 
 
-def interleaved(fn, seconds: float, dev: torch.device, n: int = 8) -> tuple[float | None, float | None]:
+def interleaved(fn, seconds: float, dev: torch.device, n: int = 8) -> tuple[float | None, float | None, float | None]:
     """Median kernel time per call of graph-launched vs eager-launched calls, interleaved.
 
     One CUDA graph of ``n`` calls is replayed, then ``n`` eager calls are launched, alternately,
@@ -78,7 +81,8 @@ def interleaved(fn, seconds: float, dev: torch.device, n: int = 8) -> tuple[floa
     order, even blocks from the graph, odd ones eager. Both kinds see the same power/clock state
     (a power-capped GPU moves its clock between windows a second apart, by up to 13 % in run 4),
     so this compares the timer's kernel time inside graphs with the profiler's eager kernel
-    time without that confound."""
+    time without that confound. ``n``: the timer's calls per sample, so the graph is the one
+    the timer replays. Also returns the NVML median SM clock of the window."""
     from torch.profiler import ProfilerActivity, profile
 
     stream = torch.cuda.Stream(dev)
@@ -94,9 +98,9 @@ def interleaved(fn, seconds: float, dev: torch.device, n: int = 8) -> tuple[floa
     with torch.cuda.stream(stream):
         graph.replay()
         torch.cuda.synchronize(dev)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with TelemetrySampler(dev.index or 0) as tel, profile(activities=[ProfilerActivity.CUDA]) as prof:
             t_end = time.perf_counter() + seconds
-            while time.perf_counter() < t_end and pairs < 400:
+            while time.perf_counter() < t_end and pairs < max(8, 3200 // n):
                 graph.replay()
                 for _ in range(n):
                     fn()
@@ -106,10 +110,60 @@ def interleaved(fn, seconds: float, dev: torch.device, n: int = 8) -> tuple[floa
             torch.cuda.synchronize(dev)
     per_call = device_time_per_group(list(prof.events()), 2 * pairs * n)
     del graph
+    clock = tel.result.sm_clock_median_mhz if tel.result is not None else None
     if not per_call:
-        return None, None
+        return None, None, clock
     blocks = [sum(per_call[i:i + n]) / n for i in range(0, len(per_call), n)]
-    return statistics.median(blocks[0::2]), statistics.median(blocks[1::2])
+    return statistics.median(blocks[0::2]), statistics.median(blocks[1::2]), clock
+
+
+def alternating(fn, rounds: int, dev: torch.device, round_s: float = 0.1) -> dict:
+    """fp4bench's timer and the profiler's eager kernel time in adjacent windows, ``rounds`` times.
+
+    The H200 is power-capped: its SM clock differs between windows a second apart (by up to
+    25 % in run 5 for M >= 1024), which swamps a ±2 % comparison made in separate windows.
+    Here each round runs ``time_gpu`` for ``round_s`` and, next to it, the same number of
+    seconds of eager calls under the profiler (3 warm-up calls first, as the timer does);
+    the order flips every round (timer-eager, eager-timer, ...) so that a monotonic clock
+    drift cancels. The per-round ratio compares two measurements ~0.1 s apart."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = TimingConfig(mode="graph", time_budget_s=round_s, target_rel_ci=None, min_samples=3, max_samples=1000)
+    timer: list[float] = []
+    eager: list[float] = []
+
+    def run_eager(calls: int) -> float | None:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize(dev)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(calls):
+                fn()
+                if i % 32 == 31:
+                    torch.cuda.synchronize(dev)
+            torch.cuda.synchronize(dev)
+        per = device_time_per_group(list(prof.events()), calls)
+        return statistics.median(per) if per else None
+
+    est = time_gpu([fn], TimingConfig(mode="graph", time_budget_s=0.02, target_rel_ci=None, min_samples=3), dev).median_s
+    calls = max(20, min(2000, int(round_s / est)))
+    for r in range(rounds):
+        if r % 2:
+            e = run_eager(calls)
+            t = time_gpu([fn], cfg, dev).median_s
+        else:
+            t = time_gpu([fn], cfg, dev).median_s
+            e = run_eager(calls)
+        if e:
+            timer.append(t)
+            eager.append(e)
+    ratios = [t / e - 1 for t, e in zip(timer, eager)]
+    return {"rounds": len(ratios), "eager_calls_per_round": calls,
+            "timer_median_s": statistics.median(timer) if timer else None,
+            "eager_median_s": statistics.median(eager) if eager else None,
+            "ratio_median": statistics.median(ratios) if ratios else None,
+            "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+            "timer_s": timer, "eager_s": eager}
 
 
 def main() -> None:
@@ -118,6 +172,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--k", type=int, default=6144)
     ap.add_argument("--budget", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=8, help="alternating timer/eager rounds (0: skip)")
     args = ap.parse_args()
     dev = torch.device("cuda:0")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -140,7 +195,8 @@ def main() -> None:
             with TelemetrySampler(dev.index or 0) as tel:
                 res = time_gpu([fn], cfg, dev)  # fp4bench's timer: CUPTI busy time inside graph replays
             after = kernel_times(fn, repeats=30).per_call_s
-            il_graph, il_eager = interleaved(fn, args.budget, dev)
+            il_graph, il_eager, il_clock = interleaved(fn, args.budget, dev, n=res.calls_per_sample)
+            alt = alternating(fn, args.rounds, dev) if args.rounds else {}
             prof = (before + after) / 2 if before and after else None  # brackets the timed window
             naive = naive_events(fn)
             span = res.extra.get("span_median_s")
@@ -154,6 +210,8 @@ def main() -> None:
                    "profiler_s": prof, "profiler_before_s": before, "profiler_after_s": after,
                    "graph_span_s": span, "naive_events_s": naive,
                    "interleaved_graph_s": il_graph, "interleaved_eager_s": il_eager,
+                   "interleaved_calls_per_block": res.calls_per_sample, "interleaved_sm_clock_mhz": il_clock,
+                   "alternating": alt,
                    "same_kernels": graph_kernels == eager_kernels, "graph_kernels": graph_kernels,
                    "eager_kernels": eager_kernels}
             row["fp4bench_vs_sustained"] = res.median_s / sus - 1 if sus else None
@@ -161,12 +219,18 @@ def main() -> None:
             row["graph_vs_eager_interleaved"] = il_graph / il_eager - 1 if il_graph and il_eager else None
             rows.append(row)
             f = lambda x: x * 1e6 if x else float("nan")  # noqa: E731
+            if alt.get("ratio_median") is not None:
+                print(f"ALT {name:15s} M={m:6d} timer {f(alt['timer_median_s']):9.2f} us  eager profiler"
+                      f" {f(alt['eager_median_s']):9.2f} us  per-round timer/eager - 1: median"
+                      f" {alt['ratio_median'] * 100:+6.2f}% [min {alt['ratio_min'] * 100:+6.2f}%,"
+                      f" max {alt['ratio_max'] * 100:+6.2f}%] over {alt['rounds']} rounds", flush=True)
             print(f"{name:15s} M={m:6d} fp4bench {f(res.median_s):9.2f} us  sustained {f(sus):9.2f} us"
                   f" d={row['fp4bench_vs_sustained'] * 100 if sus else float('nan'):+6.2f}%"
                   f" | burst {f(prof):9.2f} (before {f(before):.2f}, after {f(after):.2f})"
                   f" d={row['fp4bench_vs_profiler'] * 100 if prof else float('nan'):+6.2f}%"
                   f" | clock sustained {sus_tel['sm_clock_mhz']} timed {row['timed_sm_clock_mhz']} MHz"
-                  f" | interleaved graph {f(il_graph):9.2f} eager {f(il_eager):9.2f} us"
+                  f" | interleaved x{res.calls_per_sample} graph {f(il_graph):9.2f} eager {f(il_eager):9.2f} us"
+                  f" at {il_clock} MHz"
                   f" d={row['graph_vs_eager_interleaved'] * 100 if row['graph_vs_eager_interleaved'] is not None else float('nan'):+6.2f}%"
                   f" | span {f(span):9.2f} naive {f(naive):9.2f} | same kernels {row['same_kernels']}"
                   f" [{res.method}]", flush=True)

@@ -33,6 +33,8 @@ class Fake(TorchReference):
         return self._unsupported(problem) if self._unsupported else super().unsupported_reason(problem)
 
     def tactics(self, problem, device):
+        if isinstance(self._tactics, Exception):
+            raise self._tactics
         return list(self._tactics)
 
 
@@ -94,6 +96,18 @@ def test_unsupported_shape_is_a_skipped_spec():
     by_role = {s.problem.origin.role: s for s in specs}
     assert by_role["shared_gate_up"].skip_reason == ""  # N = 4096
     assert by_role["shared_down"].skip_reason == "picky: needs N % 4096 == 0"  # N = 6144
+
+
+def test_tactic_enumeration_error_is_a_skipped_spec_not_a_collection_crash():
+    # run 6 on the H200: FlashInfer's MoE module missing from the JIT cache with JIT disabled raised
+    # inside tactics() and took the whole collection down (39 MISSING instead of one backend skipped)
+    broken = Fake("broken", kinds=("dense",), tactics=RuntimeError("module fused_moe_90 not in the JIT cache"))
+    fine = Fake("fine", kinds=("dense",))
+    specs = cases_for(SweepOptions(batches=(1,), kinds=("dense",)), [broken, fine], CUDA)
+    assert [s.backend for s in specs] == ["broken", "fine"] * 2
+    assert {s.skip_reason for s in specs if s.backend == "broken"} == {
+        "broken: could not list its tactics for this problem (RuntimeError: module fused_moe_90 not in the JIT cache)"}
+    assert all(not s.skip_reason for s in specs if s.backend == "fine")
 
 
 def test_backend_filter():

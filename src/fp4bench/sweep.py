@@ -109,7 +109,12 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
             if why:
                 specs.append(CaseSpec(b.name, prob, skip_reason=f"{b.name}: {why}"))
                 continue
-            tactics = b.tactics(prob, device)
+            try:
+                tactics = b.tactics(prob, device)
+            except Exception as exc:  # e.g. a JIT module missing with JIT disabled: a skip, not a crash
+                specs.append(CaseSpec(b.name, prob, skip_reason=(
+                    f"{b.name}: could not list its tactics for this problem ({type(exc).__name__}: {exc})")))
+                continue
             if not (opts.full or opts.tactics == "all"):
                 tactics = quick_tactics(tactics)
             specs += [CaseSpec(b.name, prob, t, note=note) for t in tactics]
