@@ -105,6 +105,7 @@ def test_cuda_fingerprint_with_nvml(monkeypatch, no_kernel_imports):
     assert fp.sm_count == 132 and fp.memory_gib == pytest.approx(139.8) and fp.l2_bytes == 52_428_800
     assert fp.driver == "580.95.05" and fp.power_limit_w == 700.0
     assert (fp.sm_clock_max_mhz, fp.mem_clock_max_mhz) == (1980, 3201)
+    assert fp.gpu_uuid == f"GPU-{uid}"
     assert calls == ["init", "shutdown"]
 
 
@@ -165,3 +166,10 @@ def test_same_model_and_differences():
     ]
     assert not H200.same_model(B200)
     assert not H200.same_model(replace(H200, compute_capability="9.1"))
+
+
+def test_physical_gpu_change_is_shown_only_when_both_sides_recorded_it():
+    a, b = replace(H200, gpu_uuid="GPU-aaaa"), replace(H200, gpu_uuid="GPU-bbbb")
+    assert a.differences(b) == [("gpu_uuid", "GPU-aaaa", "GPU-bbbb")]
+    assert a.same_model(b)  # another unit of the same model is comparable, not refused
+    assert H200.differences(b) == [] and a.differences(H200) == []  # older baselines have no UUID

@@ -109,6 +109,37 @@ def test_four_percent_slower_is_within_the_allowance_of_the_floor_and_fails():
     assert v0.status is Status.AMBIGUOUS and res0.exit_code == 0
 
 
+def test_allowance_is_not_applied_against_another_gpu_unit():
+    """Same 4 % shift: FAIL on the baseline's own GPU, AMBIGUOUS on another unit of the model
+    (between units µs kernels moved up to 4.2 % on the H200), and the header says so."""
+    from dataclasses import replace
+
+    from fp4bench.report import verdict_table
+
+    def run(base_uuid, cur_uuid):
+        rng = np.random.default_rng(4)
+        fp = replace(H200, gpu_uuid=base_uuid)
+        base = parse_baseline(bench_json([bench_entry("b::t[x]", samples(rng, MED, 0.003, 30))], fingerprint=fp))
+        cur = {"b::t[x]": (samples(rng, MED * 1.04, 0.003, 30), {})}
+        return compare(base, cur, current_fingerprint=replace(H200, gpu_uuid=cur_uuid))
+
+    same, other, unknown = run("GPU-a", "GPU-a"), run("GPU-a", "GPU-b"), run(None, "GPU-b")
+    assert same.verdicts[0].status is Status.FAIL and unknown.verdicts[0].status is Status.FAIL
+    assert other.verdicts[0].status is Status.AMBIGUOUS and other.exit_code == 0
+    assert other.policy.drift == 0 and same.policy.drift == 0.02
+    head = verdict_table(other).splitlines()[:3]
+    assert "gpu_uuid GPU-a → GPU-b" in head[1]
+    assert "run-to-run allowance 2% not applied: another GPU unit than the baseline's" in head[2]
+    assert "run-to-run allowance 2%)" in verdict_table(same).splitlines()[2]
+    # a real 10 % slowdown still fails on another unit
+    rng = np.random.default_rng(5)
+    base = parse_baseline(bench_json([bench_entry("b::t[x]", samples(rng, MED, 0.003, 30))],
+                                     fingerprint=replace(H200, gpu_uuid="GPU-a")))
+    res = compare(base, {"b::t[x]": (samples(rng, MED * 1.10, 0.003, 30), {})},
+                  current_fingerprint=replace(H200, gpu_uuid="GPU-b"))
+    assert res.verdicts[0].status is Status.FAIL
+
+
 def _runs_with_drift(rng, factor: float, policy: Policy, m: int = 60, drift: float = 0.01):
     """m benchmarks; each run's median is shifted by up to ±drift (what an unchanged stack does
     between runs), samples spread 0.5 %; the new run is ``factor`` slower on top."""

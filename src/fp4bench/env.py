@@ -59,6 +59,10 @@ class Fingerprint:
     power_limit_w: float | None = None
     sm_clock_max_mhz: int | None = None
     mem_clock_max_mhz: int | None = None
+    #: the physical GPU ("GPU-…"): not gated, but a different unit of the same model explains
+    #: shifts of a few % on µs-scale kernels (runs 5/7 on the H200: +3.5–4.2 % between machine
+    #: leases, 0 FAIL back to back), so the report shows it under "what changed"
+    gpu_uuid: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,13 +95,17 @@ class Fingerprint:
         return all(getattr(self, k) == getattr(other, k) for k in MUST_MATCH)
 
     def differences(self, other: "Fingerprint") -> list[tuple[str, Any, Any]]:
-        """(key, self value, other value) for every differing non-must-match key."""
+        """(key, self value, other value) for every differing non-must-match key.
+
+        ``gpu_uuid`` counts only when both sides recorded it (older baselines did not)."""
         skip = set(MUST_MATCH) | {"gpu_name"}
-        return [
-            (f.name, getattr(self, f.name), getattr(other, f.name))
-            for f in fields(self)
-            if f.name not in skip and getattr(self, f.name) != getattr(other, f.name)
-        ]
+        out = []
+        for f in fields(self):
+            old, new = getattr(self, f.name), getattr(other, f.name)
+            if f.name in skip or old == new or (f.name == "gpu_uuid" and (old is None or new is None)):
+                continue
+            out.append((f.name, old, new))
+        return out
 
 
 def dist_version(*names: str) -> str | None:
@@ -168,13 +176,19 @@ def _nvml_info(props: Any, index: int) -> dict[str, Any]:
             pass
 
 
+def _uuid_text(props: Any) -> str | None:
+    """torch's device UUID as NVML writes it ("GPU-…" / "MIG-…"), or None."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
 def _nvml_handle(pynvml: Any, props: Any, index: int) -> Any:
     """The NVML handle of torch's device. By UUID: CUDA_VISIBLE_DEVICES renumbers indices."""
-    uuid = getattr(props, "uuid", None)
-    if uuid is not None:
-        text = str(uuid)
-        if not text.startswith(("GPU-", "MIG-")):
-            text = "GPU-" + text
+    text = _uuid_text(props)
+    if text is not None:
         try:
             return pynvml.nvmlDeviceGetHandleByUUID(text)
         except Exception:
@@ -238,5 +252,6 @@ def collect_fingerprint(device: Any = None) -> Fingerprint:
         power_limit_w=nvml.get("power_limit_w"),
         sm_clock_max_mhz=nvml.get("sm_clock_max_mhz"),
         mem_clock_max_mhz=nvml.get("mem_clock_max_mhz"),
+        gpu_uuid=_uuid_text(props),
         **common,
     )

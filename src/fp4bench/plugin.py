@@ -183,12 +183,14 @@ def pytest_configure(config: pytest.Config) -> None:
 def _activate_baseline(st: Fp4Session, explicit: str | None) -> None:
     """Resolve and validate the baseline before any test runs (wrong GPU = usage error)."""
     from fp4bench.gate.baseline import BaselineError, check_compatible, load_baseline, select_baseline
+    from fp4bench.gate.verdict import for_changes
 
     st.setup()
     try:
         path = Path(explicit) if explicit else select_baseline(st.config.getoption("fp4_baselines"), st.fingerprint)
         st.baseline = load_baseline(path)
         st.fingerprint_changes = check_compatible(st.baseline.fingerprint, st.fingerprint)
+        st.policy = for_changes(st.policy, st.fingerprint_changes)
     except BaselineError as exc:
         raise pytest.UsageError(f"fp4bench baseline: {exc}") from None
     st.baseline_path = path

@@ -70,7 +70,8 @@ def verdict_table(result: CompareResult) -> str:
     lines.append(f"what changed: {describe_changes(result.changes)}")
     p = result.policy
     lines.append(
-        f"policy: floor {p.floor * 100:g}% (run-to-run allowance {p.drift * 100:g}%), α {p.alpha:g} (Holm), noise k {p.noise_k:g}, "
+        f"policy: floor {p.floor * 100:g}% (run-to-run allowance "
+        f"{p.drift_note or format(p.drift * 100, 'g') + '%'}), α {p.alpha:g} (Holm), noise k {p.noise_k:g}, "
         f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
         f"dispatch change {'fails' if p.dispatch == 'fail' else 'reported'}"
     )
