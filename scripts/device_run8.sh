@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call 8: a live back-to-back A/A of the default sweep under the current gate (guard band, re-measure
+# GPU call 8 (run 8): a live back-to-back A/A of the default sweep under the current gate (guard band, re-measure
 # of suspects): aa3 saved, aa4 gated against it in the same session, then `fp4bench compare`.
 # Needs carry [".devbundle"]. At most 8 files under $OUT.
 set -uo pipefail
