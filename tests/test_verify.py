@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from fp4bench.measure.verify import (ALL_ZERO, BF16_UNIT_ROUNDOFF, FAILURE_KINDS, MISMATCH, NAN_INF, OK,
-                                     SENTINEL, UNWRITTEN, CheckResult, check_case, classify, gemm_error_bound)
+                                     SENTINEL, UNWRITTEN, WRONG_LAYOUT, CheckResult, check_case, classify,
+                                     gemm_error_bound)
 
 M, N, K = 200, 48, 256
 
@@ -143,7 +144,7 @@ def test_sentinel_is_exact_in_every_output_dtype():
 
 
 def test_failure_kinds_and_extra_info():
-    assert set(FAILURE_KINDS) == {ALL_ZERO, UNWRITTEN, NAN_INF, MISMATCH} and OK not in FAILURE_KINDS
+    assert set(FAILURE_KINDS) == {ALL_ZERO, UNWRITTEN, NAN_INF, MISMATCH, WRONG_LAYOUT} and OK not in FAILURE_KINDS
     d = CheckResult(NAN_INF, "x").to_extra_info()
     assert d == {"check": NAN_INF, "check_detail": "x", "max_rel_err": None, "worst_bound_ratio": None,
                  "sqnr_db": None, "e2e_cosine": None, "e2e_sqnr_db": None}

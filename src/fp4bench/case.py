@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported
+from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
 from fp4bench.measure.telemetry import TelemetrySampler
@@ -139,7 +139,7 @@ class CaseRunner:
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
         """Gate, check and (unless ``measure`` is False: correctness only) time one case."""
-        avail = backend.availability(self.device)
+        avail = availability_of(backend, self.device)
         if not avail.ok:
             return CaseResult(SKIPPED, f"{backend.name}: {avail.reason}")
         why = backend.unsupported_reason(problem)

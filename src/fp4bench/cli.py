@@ -26,23 +26,25 @@ def _env(argv: Sequence[str]) -> int:
     args = ap.parse_args(argv)
     import torch
 
+    from fp4bench.backends.base import availability_of
     from fp4bench.backends.registry import all_backends, load_plugin
-    from fp4bench.env import collect_fingerprint
+    from fp4bench.env import collect_fingerprint, parse_device
 
-    for mod in args.plugin:
-        load_plugin(mod)
-    dev = torch.device(args.device or ("cuda:0" if torch.cuda.is_available() else "cpu"))
+    try:
+        for mod in args.plugin:
+            load_plugin(mod)
+        dev = parse_device(args.device or ("cuda:0" if torch.cuda.is_available() else "cpu"), "--device")
+    except ValueError as exc:
+        print(f"fp4bench env: {exc}", file=sys.stderr)
+        return 2
     fp = collect_fingerprint(dev)
     print("fingerprint:")
     for k, v in fp.to_dict().items():
         print(f"  {k:<20} {v}")
     print("\nbackends:")
     for b in all_backends():
-        try:
-            a = b.availability(dev)
-            state, reason, ver = ("available" if a.ok else "skipped"), a.reason, a.version
-        except Exception as exc:  # availability must not raise; if it does, say so, keep listing
-            state, reason, ver = "error", f"availability() raised {type(exc).__name__}: {exc}", None
+        a = availability_of(b, dev)  # one broken backend is listed with its error, not a crash
+        state, reason, ver = ("available" if a.ok else "skipped"), a.reason, a.version
         kinds = ",".join(sorted(b.kinds))
         print(f"  {b.name:<24} {state:<9} [{kinds}] {ver or '-'}: {reason}")
     return 0

@@ -77,9 +77,15 @@ class Fingerprint:
             raise ValueError(f"fingerprint has no gpu_name (got {name!r})")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs.setdefault("gpu_slug", gpu_slug(name))
-        if kwargs["gpu_slug"] is None:
-            kwargs["gpu_slug"] = gpu_slug(name)
+        # The slug names the folder a baseline is stored in and the model it is compared with,
+        # so it is derived from the GPU name, never taken on trust: a recorded slug that differs
+        # (hand-edited, or a B200 file relabelled "nvidia-h200", or "../../x") is rejected.
+        derived = gpu_slug(name)
+        recorded = kwargs.get("gpu_slug")
+        if recorded is not None and recorded != derived:
+            raise ValueError(f"gpu_slug {recorded!r} does not match gpu_name {name!r} (its slug is "
+                             f"{derived!r}); the file was edited or mislabelled")
+        kwargs["gpu_slug"] = derived
         cc = kwargs.get("compute_capability")
         if cc is not None:
             kwargs["compute_capability"] = str(cc)
@@ -106,6 +112,21 @@ class Fingerprint:
                 continue
             out.append((f.name, old, new))
         return out
+
+
+def parse_device(text: str, option: str) -> Any:
+    """``torch.device(text)``; a bad name is a ``ValueError`` naming the option it came from."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"{option}: {text!r} is not a torch device (e.g. cpu, cuda, cuda:1): {exc}") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= n:
+            raise ValueError(f"{option}: {text!r}: this machine has {n} CUDA device(s)")
+    return dev
 
 
 def dist_version(*names: str) -> str | None:

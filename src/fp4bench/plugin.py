@@ -54,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run-to-run shift in %% of an unchanged stack; the guard band below the floor (default 2)")
     g.addoption("--fp4-alpha", type=float, default=0.05, help="family-wise significance level")
     g.addoption("--fp4-allow-missing", action="store_true", help="baseline benchmarks not run are not a failure")
+    g.addoption("--fp4-allow-ambiguous", action="store_true",
+                help="INVALID verdicts and too-few-samples cases do not fail the run (by default they do)")
+    g.addoption("--fp4-fail-on-ambiguous", action="store_true", help="every AMBIGUOUS verdict fails the run too")
     g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
 
 
@@ -89,7 +92,7 @@ class Fp4Session:
 
         from fp4bench.backends import registry
         from fp4bench.case import CaseRunner
-        from fp4bench.env import collect_fingerprint
+        from fp4bench.env import collect_fingerprint, parse_device
         from fp4bench.gate.verdict import Policy
         from fp4bench.measure import peaks
         from fp4bench.measure.timing import TimingConfig
@@ -98,7 +101,7 @@ class Fp4Session:
         for mod in opt("fp4_plugin"):
             registry.load_plugin(mod)
         dev = opt("fp4_device") or ("cuda:0" if torch.cuda.is_available() else "cpu")
-        self.device = torch.device(dev)
+        self.device = parse_device(dev, "--fp4-device")
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.fingerprint = collect_fingerprint(self.device)
@@ -114,13 +117,21 @@ class Fp4Session:
         self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
                                  peaks=gpu_peaks)
         self.policy = Policy(floor=opt("fp4_floor") / 100.0, drift=opt("fp4_drift") / 100.0, alpha=opt("fp4_alpha"),
-                             allow_missing=opt("fp4_allow_missing"))
+                             allow_missing=opt("fp4_allow_missing"), allow_ambiguous=opt("fp4_allow_ambiguous"),
+                             fail_on_ambiguous=opt("fp4_fail_on_ambiguous"))
+
+    def measurement(self) -> dict[str, Any]:
+        """How this run takes its times, recorded in the saved ``sweep`` and checked against the
+        baseline's: effective L2 state (a CPU run is always cache-hot), timer, injected slowdown."""
+        cold = self.runner.cold_l2 and self.device.type == "cuda"
+        return {"l2": "cold" if cold else "hot", "timer": self.runner.timing.mode,
+                "inject_slowdown": self.runner.timing.inject_slowdown}
 
     def sweep_options(self):
         """CLI values win; then the active baseline's sweep (a compare run measures what the
         baseline measured, so nothing is MISSING by accident); then the defaults."""
         from fp4bench.sweep import SweepOptions
-        from fp4bench.workloads import parse_ints, parse_models, parse_tps
+        from fp4bench.workloads import parse_ints, parse_models, parse_routings, parse_tps
 
         opt = self.config.getoption
         base = dict(self.baseline.sweep) if self.baseline is not None and self.baseline.sweep else {}
@@ -149,6 +160,7 @@ class Fp4Session:
         full = bool(pick("fp4_full", "full", False))
         tactics = pick("fp4_tactics", "tactics", "all" if full else "default")
         routings = pick("fp4_routing", "routings", "uniform")
+        parse_routings(routings)  # a bad spec is a usage error now, not a collection traceback
         return SweepOptions(models=tuple(m.name for m in models), batches=parse_ints(batches, "batch"),
                             tps=parse_tps(str(pick("fp4_tp", "tps", "1")), models),
                             routings=tuple(r.strip() for r in routings.split(",") if r.strip()),
@@ -173,16 +185,38 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
-    if compare is True or explicit:
-        _activate_baseline(st, explicit)
+    save = _save_option(config)
+    try:
+        if compare is True or explicit:
+            _activate_baseline(st, explicit)
+        if save:
+            _route_json(st, save)
+    except (ValueError, RuntimeError) as exc:  # a bad --fp4-* value met while setting up
+        raise pytest.UsageError(f"fp4bench: {exc}") from None
+
+
+def _save_option(config: pytest.Config) -> str | None:
+    """``--fp4-save-baseline`` takes an optional value, so in ``pytest --fp4-save-baseline bench``
+    argparse hands it the test path. A value that does not end in ``.json`` but names an
+    existing path is given back to pytest as a test path, and the candidate goes to its
+    default place; any other non-``.json`` value is a usage error."""
     save = config.getoption("fp4_save_baseline")
-    if save:
-        _route_json(st, save)
+    if not save or save == "auto" or save.endswith(".json"):
+        return save
+    if not Path(save).exists():
+        raise pytest.UsageError(f"fp4bench: --fp4-save-baseline {save}: a result file name must end in .json "
+                                "(write --fp4-save-baseline=PATH.json, or the bare option for the default place)")
+    if config.args_source is pytest.Config.ArgsSource.ARGS:
+        config.args.append(save)
+    else:
+        config.args, config.args_source = [save], pytest.Config.ArgsSource.ARGS
+    return "auto"
 
 
 def _activate_baseline(st: Fp4Session, explicit: str | None) -> None:
     """Resolve and validate the baseline before any test runs (wrong GPU = usage error)."""
-    from fp4bench.gate.baseline import BaselineError, check_compatible, load_baseline, select_baseline
+    from fp4bench.gate.baseline import (BaselineError, check_compatible, check_same_measurement, load_baseline,
+                                        select_baseline)
     from fp4bench.gate.verdict import for_changes
 
     st.setup()
@@ -190,7 +224,8 @@ def _activate_baseline(st: Fp4Session, explicit: str | None) -> None:
         path = Path(explicit) if explicit else select_baseline(st.config.getoption("fp4_baselines"), st.fingerprint)
         st.baseline = load_baseline(path)
         st.fingerprint_changes = check_compatible(st.baseline.fingerprint, st.fingerprint)
-        st.policy = for_changes(st.policy, st.fingerprint_changes)
+        check_same_measurement(st.baseline.sweep, st.measurement())
+        st.policy = for_changes(st.policy, st.fingerprint_changes, st.baseline.fingerprint, st.fingerprint)
     except BaselineError as exc:
         raise pytest.UsageError(f"fp4bench baseline: {exc}") from None
     st.baseline_path = path
@@ -201,16 +236,18 @@ def _activate_baseline(st: Fp4Session, explicit: str | None) -> None:
 
 def _route_json(st: Fp4Session, save: str) -> None:
     """--fp4-save-baseline: pytest-benchmark writes its JSON (raw samples) where we say."""
-    from fp4bench.gate.baseline import candidate_path
+    from fp4bench.gate.baseline import candidate_path, partial_path, reserve_path
 
     st.setup()
+    # the final name is reserved now (unique, never an existing file); pytest-benchmark writes
+    # beside it and pytest_sessionfinish moves the finished file onto it in one os.replace
     path = Path(candidate_path(st.config.getoption("fp4_baselines"), st.fingerprint.gpu_slug)) \
-        if save == "auto" else Path(save)
-    path.parent.mkdir(parents=True, exist_ok=True)
+        if save == "auto" else reserve_path(save)
     import pytest_benchmark
 
+    part = partial_path(path)
     major_minor = tuple(int(x) for x in pytest_benchmark.__version__.split(".")[:2])
-    st.config.option.benchmark_json = path if major_minor >= (5, 3) else open(path, "wb")
+    st.config.option.benchmark_json = part if major_minor >= (5, 3) else open(part, "wb")
     st.config.stash[_JSON_PATH] = path
 
 
@@ -238,7 +275,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if kind and kind not in opts.kinds:
         specs = []
     else:
-        specs = [c for c in cases_for(opts, all_backends(), st.device) if kind is None or c.problem.kind == kind]
+        try:
+            specs = [c for c in cases_for(opts, all_backends(), st.device) if kind is None or c.problem.kind == kind]
+        except ValueError as exc:
+            st.usage_error = f"fp4bench: {exc}"
+            specs = []
     metafunc.parametrize("fp4_case", specs, ids=[c.id for c in specs])
 
 
@@ -358,7 +399,7 @@ def _row(spec, res) -> dict:
 
 
 def _gate(request, benchmark, st: Fp4Session, spec, backend, base, fullname: str, res) -> None:
-    from fp4bench.gate.verdict import Status, judge
+    from fp4bench.gate.verdict import Status, is_failure, judge
 
     m = max(1, len(st.baseline.benchmarks))
     v = judge(fullname, base, res.timing.samples_s, res.extra_info, st.policy, m)
@@ -380,8 +421,9 @@ def _gate(request, benchmark, st: Fp4Session, spec, backend, base, fullname: str
                 record_in_benchmark(benchmark, again.timing)
                 st.rows[-1] = _row(spec, again)
     benchmark.extra_info["verdict"] = str(v.status)
-    if v.status is Status.FAIL:
-        pytest.fail(v.message(), pytrace=False)
+    if is_failure(v, st.policy):
+        hint = " (--fp4-allow-ambiguous to accept)" if v.undecided else ""
+        pytest.fail(v.message() + hint, pytrace=False)
 
 
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
@@ -391,14 +433,20 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     from fp4bench.gate.baseline import make_section
 
     verdicts = None
-    clean = st.failed_tests == 0 and not st.interrupted
+    # pytest-benchmark writes this JSON before any plain pytest_sessionfinish runs: the context
+    # check must be done here, or a poisoned run would be saved clean
+    _check_health(st)
+    measurement = st.measurement()
+    clean = (st.failed_tests == 0 and not st.interrupted and not st.health
+             and not measurement["inject_slowdown"])
     if st.baseline is not None:
         result = _final_compare(st)
         verdicts = result.summary()
         clean = clean and result.exit_code == 0  # a run with MISSING or regressed entries is not clean
-    output_json["fp4bench"] = make_section(st.fingerprint, st.availability,
-                                           st.sweep.to_dict() if st.sweep else None,
-                                           clean=clean, verdicts=verdicts)
+    sweep = {**(st.sweep.to_dict() if st.sweep else {}), **measurement}
+    output_json["fp4bench"] = make_section(st.fingerprint, st.availability, sweep, clean=clean, verdicts=verdicts)
+    if st.health:
+        output_json["fp4bench"]["context_health"] = st.health
 
 
 def _final_compare(st: Fp4Session):
@@ -436,12 +484,23 @@ def _context_health(device) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
+def _check_health(st: Fp4Session) -> None:
+    """Once per session, on CUDA: ``st.health`` = '' (healthy) or what broke."""
+    if st.health is None and st.ready and st.device is not None and st.device.type == "cuda":
+        st.health = _context_health(st.device)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
-    if st.ready and st.device is not None and st.device.type == "cuda":
-        st.health = _context_health(st.device)
-        if st.health:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _check_health(st)
+    if st.health:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    path = session.config.stash.get(_JSON_PATH, None)
+    if path is not None:
+        from fp4bench.gate.baseline import publish
+
+        if not publish(path):
+            session.config.stash[_JSON_PATH] = None  # nothing measured: nothing written
     if st.baseline is None or not st.ready:
         return
     result = _final_compare(st)
@@ -467,4 +526,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line(verdict_table(_final_compare(st)))
     path = config.stash.get(_JSON_PATH, None)
     if path is not None:
+        if config.getoption("fp4_inject_slowdown"):
+            tr.write_line("fp4bench: this run injected a test-only slowdown: it is recorded and can never be approved")
         tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from fp4bench.gate.verdict import CompareResult, Status, Verdict, format_p, format_seconds
+from fp4bench.gate.verdict import OTHER_UNIT, CompareResult, Status, Verdict, format_p, format_seconds, other_unit
 
 
 def _render(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
@@ -61,6 +61,27 @@ def delta_spread(result: CompareResult) -> tuple[int, float, float, float] | Non
     return len(d), float(np.median(d)), float(np.percentile(d, 95)), max(d)
 
 
+def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
+    """AMBIGUOUS timing verdicts that are significant but under the floor: on an unchanged stack
+    (another GPU unit especially) these are most AMBIGUOUS verdicts and none is a suspect, so the
+    table shows them as one explained line instead of a row each. Failing ones stay rows."""
+    return [v for v in result.verdicts
+            if v.status is Status.AMBIGUOUS and v.kind == "timing" and not v.undecided
+            and v.ratio is not None and math.isfinite(v.ratio) and v.ratio - 1 < result.policy.floor
+            and not result.is_failure(v)]
+
+
+def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5) -> str:
+    pcts = sorted((v.pct or 0.0 for v in items))
+    worst = sorted(items, key=lambda v: -(v.ratio or 0.0))[:shown]
+    names = ", ".join(f"{v.name} {_pct(v)}" for v in worst)
+    more = f", ... {len(items) - shown} more" if len(items) > shown else ""
+    return (f"AMBIGUOUS ({len(items)}, not listed above): significantly slower, by {pcts[0]:+.1f}% to "
+            f"{pcts[-1]:+.1f}%, but under the {floor * 100:g}% floor less the run-to-run allowance. "
+            f"On an unchanged stack this is run-to-run or unit-to-unit drift; it does not fail the gate. "
+            f"Largest: {names}{more}")
+
+
 def verdict_table(result: CompareResult) -> str:
     """The gate report: header with fingerprint changes, one row per verdict, missing/new lists."""
     lines: list[str] = []
@@ -75,10 +96,15 @@ def verdict_table(result: CompareResult) -> str:
         f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
         f"dispatch change {'fails' if p.dispatch == 'fail' else 'reported'}"
     )
+    if other_unit(result.baseline_fingerprint, result.current_fingerprint):
+        lines.append(OTHER_UNIT)
     lines.append("")
     header = ["verdict", "benchmark", "base", "now", "Δ", "p_adj", "noise", "notes"]
     rows = []
+    collapsed = sub_floor_ambiguous(result)
     for v in result.sorted():
+        if v in collapsed:
+            continue
         notes = v.reason
         if v.kind == "timing" and v.status is Status.INVALID and (v.base_throttle or v.new_throttle):
             notes += f" [throttle {v.base_throttle or '?'}→{v.new_throttle or '?'}]"
@@ -96,6 +122,8 @@ def verdict_table(result: CompareResult) -> str:
         )
     lines += _render(header, rows, [False, False, True, True, True, True, True, False])
 
+    if collapsed:
+        lines += ["", _collapsed_note(collapsed, p.floor)]
     for status, what in ((Status.MISSING, "in the baseline, not measured now"), (Status.NEW, "new, no baseline")):
         items = result.by_status(status)
         if items:

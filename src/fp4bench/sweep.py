@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fp4bench.backends.base import DEFAULT_TACTIC, Backend, Tactic
+from fp4bench.backends.base import DEFAULT_TACTIC, Backend, Tactic, availability_of
 from fp4bench.problems import GemmProblem, Origin, Problem
 from fp4bench.workloads import Aligned, align_problem, decode_problems, get_model
 
@@ -83,7 +83,7 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
     """Every case of the sweep; unavailable backends give one skipped case per problem."""
     specs: list[CaseSpec] = []
     chosen = [b for b in backends if opts.backends is None or b.name in opts.backends]
-    avail = {b.name: b.availability(device) for b in chosen}
+    avail = {b.name: availability_of(b, device) for b in chosen}
     for problem in problems_for(opts):
         too_big = device.type == "cpu" and operand_bytes(problem) > CPU_OPERAND_LIMIT_BYTES
         for b in chosen:

@@ -43,6 +43,19 @@ class Availability:
         return cls(False, reason, version)
 
 
+def availability_of(backend: "Backend", device: Any) -> Availability:
+    """``backend.availability(device)``, where an exception (a broken third-party plugin or
+    library) makes that one backend unavailable, with the exception as the reason, instead of
+    aborting the whole run."""
+    try:
+        a = backend.availability(device)
+    except Exception as exc:
+        return Availability.no(f"availability() raised {type(exc).__name__}: {exc}")
+    if not isinstance(a, Availability):
+        return Availability.no(f"availability() returned {type(a).__name__}, not an Availability")
+    return a
+
+
 @dataclass(frozen=True)
 class Tactic:
     """One tile config / tactic, as the library takes it (``value``) and as people read it."""

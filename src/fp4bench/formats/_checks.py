@@ -48,6 +48,14 @@ def check_finite(x: torch.Tensor, fn: str, name: str = "input") -> None:
         raise_non_finite(x, fn, name)
 
 
+def check_positive_finite(x: torch.Tensor, fn: str, name: str) -> None:
+    """A scale divides the data: 0, a negative value or NaN/Inf would decode to Inf/NaN or flip signs."""
+    if x.numel() and not bool((torch.isfinite(x) & (x > 0)).all()):
+        bad = x[~(torch.isfinite(x) & (x > 0))].flatten()
+        raise ValueError(f"{fn}: {name} must be finite and > 0, got {bad[0].item()!r} "
+                         f"({bad.numel()} bad of {x.numel()}, shape {tuple(x.shape)})")
+
+
 def check_block_dim(x: torch.Tensor, block: int, fn: str, name: str = "input") -> int:
     """Blocks run along the last (K) dimension, so K must be a positive multiple of ``block``."""
     if x.dim() < 1:

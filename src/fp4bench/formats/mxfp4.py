@@ -83,7 +83,7 @@ def mxfp4_quantize(x: torch.Tensor, scale_rounding: ScaleRounding = "rceil") -> 
     """Quantize ``x`` (``[..., K]``, K % 32 == 0, finite floats) to MXFP4 on ``x``'s device."""
     check_floating(x, "mxfp4_quantize")
     k = check_block_dim(x, MXFP4_BLOCK, "mxfp4_quantize")
-    xf = as_kernel_input(x)
+    xf = as_kernel_input(x, "mxfp4_quantize")
     lead = xf.shape[:-1]
     blocks = xf.reshape(*lead, k // MXFP4_BLOCK, MXFP4_BLOCK)
     amax_b = block_amax(blocks)

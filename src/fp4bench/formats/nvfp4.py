@@ -30,6 +30,7 @@ from fp4bench.formats._checks import (
     check_block_dim,
     check_dtype,
     check_floating,
+    check_positive_finite,
     check_tensor,
     raise_non_finite,
 )
@@ -65,6 +66,7 @@ class NVFP4:
             raise ValueError(f"NVFP4: data {tuple(self.data.shape)} (K/2 bytes) and scales "
                              f"{tuple(self.scales.shape)} (K/16) describe different shapes")
         _check_broadcast(self.global_scale, self.shape, "NVFP4")
+        check_positive_finite(self.global_scale, "NVFP4", "global_scale")
 
     @property
     def shape(self) -> torch.Size:
@@ -87,13 +89,17 @@ def nvfp4_global_scale(amax: torch.Tensor | float) -> torch.Tensor:
     """Encode global scale ``448 * 6 / amax`` as float32; ``amax == 0`` (all-zero data) gives 1.0.
 
     Any gs works for an all-zero tensor (every block gets scale 0), and 1.0 keeps
-    ``alpha = 1 / (gs_a * gs_w)`` finite.
+    ``alpha = 1 / (gs_a * gs_w)`` finite. Below ``amax = 2688 / 3.4e38`` (about 7.9e-36) the
+    quotient overflows fp32; the scale is then clamped to the fp32 maximum, which still maps
+    the largest block to an E4M3 scale >= 1 (``gs * amax / 6``), so the data stays representable
+    and every output stays finite.
     """
     amax = torch.as_tensor(amax, dtype=torch.float32)
     if amax.numel() and not bool((torch.isfinite(amax) & (amax >= 0)).all()):
         raise ValueError(f"nvfp4_global_scale: amax must be finite and >= 0, got {amax}")
     safe = torch.where(amax > 0, amax, torch.ones_like(amax))
-    return torch.where(amax > 0, (E4M3_MAX * E2M1_MAX) / safe, torch.ones_like(amax))
+    gs = ((E4M3_MAX * E2M1_MAX) / safe).clamp_(max=torch.finfo(torch.float32).max)
+    return torch.where(amax > 0, gs, torch.ones_like(amax))
 
 
 def _global_scale_for(amax_b: torch.Tensor, global_scale: torch.Tensor | float | None,
@@ -103,8 +109,7 @@ def _global_scale_for(amax_b: torch.Tensor, global_scale: torch.Tensor | float |
         amax = amax_b.amax() if amax_b.numel() else torch.zeros((), device=amax_b.device)
         return nvfp4_global_scale(amax)
     gs = torch.as_tensor(global_scale, dtype=torch.float32, device=amax_b.device)
-    if gs.numel() and not bool((torch.isfinite(gs) & (gs > 0)).all()):
-        raise ValueError(f"nvfp4_quantize: global_scale must be finite and > 0, got {gs}")
+    check_positive_finite(gs, "nvfp4_quantize", "global_scale")
     _check_broadcast(gs, shape, "nvfp4_quantize")
     return gs
 
@@ -122,7 +127,7 @@ def nvfp4_quantize(x: torch.Tensor, global_scale: torch.Tensor | float | None = 
     """
     check_floating(x, "nvfp4_quantize")
     k = check_block_dim(x, NVFP4_BLOCK, "nvfp4_quantize")
-    xf = as_kernel_input(x)
+    xf = as_kernel_input(x, "nvfp4_quantize")
     lead = xf.shape[:-1]
     blocks = xf.reshape(*lead, k // NVFP4_BLOCK, NVFP4_BLOCK)
     amax_b = block_amax(blocks)

@@ -81,6 +81,9 @@ def _unswizzle(s: torch.Tensor, rows: int, cols: int, tile_rows: int, fn: str,
         raise ValueError(f"{fn}: rows and cols must be non-negative ints, got rows={rows!r} cols={cols!r}")
     rp, cp = _pad_to(rows, tile_rows), pad4(cols)
     batched = s.dim() == 3
+    if batched and s.shape[0] == 0:
+        raise ValueError(f"{fn}: a 3-D [E, ...] scale tensor needs at least one matrix, got shape "
+                         f"{tuple(s.shape)}")
     lead = s.shape[:1] if batched else ()
     per = s[0].numel() if batched else s.numel()
     if per != rp * cp:

@@ -65,7 +65,8 @@ import numpy as np
 from scipy import stats
 
 from fp4bench.env import Fingerprint
-from fp4bench.gate.baseline import Baseline, BenchmarkRecord, check_compatible, is_ok
+from fp4bench.gate.baseline import (Baseline, BenchmarkRecord, check_compatible, check_same_measurement,
+                                    check_samples, is_ok)
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution * this = its sigma
 INVALID_FLAGS = ("clock_anomaly", "invalid")
@@ -114,6 +115,8 @@ class Policy:
     min_samples: int = 5
     allow_missing: bool = False
     fail_on_ambiguous: bool = False
+    #: INVALID verdicts and too few samples (no timing judgement possible) do not fail the gate
+    allow_ambiguous: bool = False
     dispatch: str = "report"  # "report": flag only; "fail": a kernel-set change is a FAIL
     throttle: str = "report"  # "report": judge timing, show throttle state; "invalid": INVALID
     #: why ``drift`` differs from what was asked (``for_changes``); shown in the report header
@@ -126,8 +129,8 @@ class Policy:
             raise ValueError(f"Policy.drift is a relative change (0.02 = 2 %), got {self.drift}")
         if not (0 < self.alpha < 1):
             raise ValueError(f"Policy.alpha must be in (0, 1), got {self.alpha}")
-        if self.noise_k < 0:
-            raise ValueError(f"Policy.noise_k must be >= 0, got {self.noise_k}")
+        if not (math.isfinite(self.noise_k) and self.noise_k >= 0):
+            raise ValueError(f"Policy.noise_k must be a finite number >= 0, got {self.noise_k}")
         if self.min_samples < 2:
             raise ValueError(f"Policy.min_samples must be >= 2, got {self.min_samples}")
         if self.throttle not in THROTTLE_POLICIES:
@@ -161,6 +164,8 @@ class Verdict:
     new_throttle: str | None = None
     n_base: int = 0
     n_new: int = 0
+    #: no timing judgement was possible (INVALID, too few samples): the gate cannot say PASS
+    undecided: bool = False
 
     @property
     def pct(self) -> float | None:
@@ -266,8 +271,8 @@ class _Assessment:
 def _assess(
     name: str, base: Sequence[float], new: Sequence[float], base_extra: Mapping[str, Any], policy: Policy
 ) -> _Assessment:
-    b = np.asarray(base, dtype=float)
-    n = np.asarray(new, dtype=float)
+    b = np.asarray(check_samples(list(base), f"baseline benchmark {name!r}"), dtype=float)
+    n = np.asarray(check_samples(list(new), f"current benchmark {name!r}"), dtype=float)
     mb, mn = float(np.median(b)), float(np.median(n)) if n.size else math.nan
     ratio = mn / mb if mb > 0 else math.nan
     if b.size and n.size:
@@ -362,6 +367,7 @@ def _decide(
     invalid = _invalid_reason(base_extra, "baseline", policy) or _invalid_reason(new_extra, "current", policy)
     change = a.ratio - 1.0
     improved = False
+    undecided = True
     if invalid:
         status, reason = Status.INVALID, f"{invalid}; timing not judged"
     elif not math.isfinite(change):
@@ -370,6 +376,7 @@ def _decide(
         status = Status.AMBIGUOUS
         reason = f"too few samples (baseline {a.n_base}, current {a.n_new}; need >= {policy.min_samples})"
     else:
+        undecided = False
         status, reason, improved = _timing_status(change, a, p_adj_slow, p_adj_fast, family, policy)
 
     kinds = _kernel_change(base_extra, new_extra)
@@ -390,6 +397,7 @@ def _decide(
         dispatch_changed=kinds is not None,
         kernels_added=added,
         kernels_removed=removed,
+        undecided=undecided,
         **common,
     )
 
@@ -488,11 +496,7 @@ class CompareResult:
         return out
 
     def is_failure(self, v: Verdict) -> bool:
-        if v.status is Status.FAIL:
-            return True
-        if v.status is Status.MISSING:
-            return not self.policy.allow_missing
-        return v.status is Status.AMBIGUOUS and self.policy.fail_on_ambiguous
+        return is_failure(v, self.policy)
 
     @property
     def failures(self) -> list[Verdict]:
@@ -529,17 +533,44 @@ class CompareResult:
         return self.counts()
 
 
-def for_changes(policy: Policy, changes: Sequence[tuple[str, Any, Any]]) -> Policy:
+def is_failure(v: Verdict, policy: Policy) -> bool:
+    """Whether ``v`` fails the gate: FAIL; MISSING unless allowed; AMBIGUOUS with
+    ``fail_on_ambiguous``; and a verdict that could not be reached (INVALID, too few samples)
+    unless ``allow_ambiguous`` — a run that measured nothing judgeable must not pass."""
+    if v.status is Status.FAIL:
+        return True
+    if v.status is Status.MISSING:
+        return not policy.allow_missing
+    if v.undecided:
+        return not policy.allow_ambiguous
+    return v.status is Status.AMBIGUOUS and policy.fail_on_ambiguous
+
+
+#: shown in the report header when the gate cannot rely on being on the baseline's own GPU
+OTHER_UNIT = "baseline from another/unknown GPU unit: re-approve on this runner for full sensitivity"
+
+
+def other_unit(base: Fingerprint | None, current: Fingerprint | None) -> bool:
+    """A GPU run whose baseline is from another physical GPU, or where either side did not
+    record its unit (``gpu_uuid``): unknown counts as another unit."""
+    if base is None or current is None or current.compute_capability is None:
+        return False  # CPU runs have no unit
+    return base.gpu_uuid is None or current.gpu_uuid is None or base.gpu_uuid != current.gpu_uuid
+
+
+def for_changes(policy: Policy, changes: Sequence[tuple[str, Any, Any]],
+                base: Fingerprint | None = None, current: Fingerprint | None = None) -> Policy:
     """The policy to use given what changed between the baseline's machine and this one.
 
     The run-to-run allowance (``drift``) was measured back to back on one GPU (A/A max 2.3 %).
     Between machine leases of the H200 (runs 5 and 7, likely different units: the UUID was not
     recorded then) two ~9 µs bf16 kernels moved +3.5 % and +4.2 %, beyond it. So when the
     fingerprint shows another physical GPU, the allowance is not applied: only a change that
-    reaches the floor itself fails, and the report says why."""
-    if policy.drift and any(key == "gpu_uuid" for key, _, _ in changes):
+    reaches the floor itself fails, and the report says why. A unit that either side did not
+    record (``base``/``current`` fingerprints without ``gpu_uuid``) counts as another unit."""
+    if policy.drift and (any(key == "gpu_uuid" for key, _, _ in changes) or other_unit(base, current)):
         return replace(policy, drift=0.0,
-                       drift_note=f"{policy.drift * 100:g}% not applied: another GPU unit than the baseline's")
+                       drift_note=f"{policy.drift * 100:g}% not applied: another or unknown GPU unit")
     return policy
 
 
@@ -549,16 +580,20 @@ def compare(
     availability_now: Mapping[str, str] | None = None,
     policy: Policy = Policy(),
     current_fingerprint: Fingerprint | None = None,
+    current_sweep: Mapping[str, Any] | None = None,
 ) -> CompareResult:
     """Judge every benchmark of ``current`` (``{fullname: (samples_s, extra_info)}``) against
     ``baseline`` with Holm–Bonferroni over the compared set; plus availability regressions.
 
-    Raises ``IncompatibleBaseline`` when ``current_fingerprint`` is a different GPU model.
+    Raises ``IncompatibleBaseline`` when ``current_fingerprint`` is a different GPU model, or
+    ``current_sweep`` was timed another way (L2 mode, timer) than the baseline.
     """
     changes: list[tuple[str, Any, Any]] = []
+    if current_sweep is not None:
+        check_same_measurement(baseline.sweep, dict(current_sweep))
     if current_fingerprint is not None:
         changes = check_compatible(baseline.fingerprint, current_fingerprint)
-        policy = for_changes(policy, changes)
+        policy = for_changes(policy, changes, baseline.fingerprint, current_fingerprint)
 
     verdicts: dict[str, Verdict] = {}
     judged: list[tuple[str, _Assessment, BenchmarkRecord, Mapping[str, Any]]] = []

@@ -27,7 +27,8 @@ ALL_ZERO = "all-zero output"
 UNWRITTEN = "unwritten tiles"
 NAN_INF = "NaN/Inf"
 MISMATCH = "mismatch"
-FAILURE_KINDS = (ALL_ZERO, UNWRITTEN, NAN_INF, MISMATCH)
+WRONG_LAYOUT = "wrong output dtype/shape"
+FAILURE_KINDS = (ALL_ZERO, UNWRITTEN, NAN_INF, MISMATCH, WRONG_LAYOUT)
 
 BF16_UNIT_ROUNDOFF = 2.0 ** -8  # half an ulp, relative, worst case (8-bit significand)
 FP32_UNIT_ROUNDOFF = 2.0 ** -24
@@ -110,11 +111,29 @@ def classify(first: torch.Tensor, second: torch.Tensor, ref: torch.Tensor, bound
     return res
 
 
+def layout_error(result: torch.Tensor, out: torch.Tensor, ref: torch.Tensor) -> str:
+    """'' when ``result`` has the output buffer's dtype and the reference's shape, else what
+    differs. Values alone cannot show it: a float64 result compares fine after ``.float()``, and
+    an ``[N]`` result broadcasts against an ``[1, N]`` reference at M = 1."""
+    if not isinstance(result, torch.Tensor):
+        return f"the backend returned {type(result).__name__}, not a tensor"
+    wrong = []
+    if result.dtype != out.dtype:
+        wrong.append(f"dtype {result.dtype} (expected {out.dtype})")
+    if tuple(result.shape) != tuple(ref.shape):
+        wrong.append(f"shape {tuple(result.shape)} (expected {tuple(ref.shape)})")
+    return ", ".join(wrong)
+
+
 def check_case(run: Callable[[], torch.Tensor], out: torch.Tensor, ref: torch.Tensor,
                bound: torch.Tensor | float, unquantized: torch.Tensor | None = None) -> CheckResult:
     """Poison, run, poison differently, run, classify; add the end-to-end numbers."""
     out.fill_(float("nan"))
-    first = run().float().clone()
+    result = run()
+    wrong = layout_error(result, out, ref)
+    if wrong:
+        return CheckResult(WRONG_LAYOUT, f"output has {wrong}")
+    first = result.float().clone()
     out.fill_(SENTINEL)
     second = run()
     if out.is_cuda:
