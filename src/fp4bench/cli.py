@@ -56,7 +56,9 @@ def _baseline(argv: Sequence[str]) -> int:
     a = sub.add_parser("approve", help="copy a candidate to baselines/<gpu>/approved.json")
     a.add_argument("candidate")
     a.add_argument("--root", default="baselines")
-    a.add_argument("--force", action="store_true", help="approve even a run with failures/regressions")
+    a.add_argument("--force", action="store_true",
+                   help="approve even a run with failures/regressions, fewer benchmarks than the approved "
+                        "baseline, or another L2 mode/timer (never a run with an injected slowdown)")
     args = ap.parse_args(argv)
     from fp4bench.gate.baseline import BaselineError, approve
 
@@ -66,6 +68,11 @@ def _baseline(argv: Sequence[str]) -> int:
         print(f"fp4bench baseline approve: {exc}", file=sys.stderr)
         return 2
     print(f"approved: {res.approved}" + (f" (previous kept at {res.previous})" if res.previous else ""))
+    if res.dropped:
+        print(f"no longer gated ({len(res.dropped)} benchmarks of the previous baseline):")
+        print("\n".join(f"  {n}" for n in res.dropped))
+    if res.added:
+        print(f"newly gated: {len(res.added)} benchmarks")
     return 0
 
 

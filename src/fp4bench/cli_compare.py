@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--allow-missing", action="store_true",
                     help="benchmarks absent from NEW do not fail the gate")
     ap.add_argument("--fail-on-ambiguous", action="store_true", help="AMBIGUOUS verdicts fail the gate too")
+    ap.add_argument("--allow-ambiguous", action="store_true",
+                    help="INVALID verdicts and too-few-samples benchmarks do not fail the gate (they do by default)")
     ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch,
                     help="kernel-set change: report it or fail (default %(default)s)")
     return ap
@@ -92,6 +94,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
             min_samples=args.min_samples,
             allow_missing=args.allow_missing,
             fail_on_ambiguous=args.fail_on_ambiguous,
+            allow_ambiguous=args.allow_ambiguous,
             dispatch=args.dispatch,
         )
     except ValueError as e:
@@ -106,6 +109,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
             availability_now=new.availability,
             policy=policy,
             current_fingerprint=new.fingerprint,
+            current_sweep=new.sweep,
         )
     except IncompatibleBaseline as e:
         print(f"{PROG}: incompatible baseline: {e}", file=sys.stderr)

@@ -1,0 +1,491 @@
+"""The bad-input table: every way a user (or a broken run) could fool the gate, lose a baseline
+or crash the tool, one row each, with the exit code and the message it must give.
+
+Front ends and their codes: ``fp4bench`` CLI rows exit 2 on bad input (1 = the gate fails);
+``pytest`` rows exit 4 on a usage error, 1 when cases fail (each failure names its cause);
+API rows raise ``ValueError`` (``BaselineError`` is one) with the message. No row may print a
+traceback: a user error is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+
+import fp4bench.plugin
+from _benchjson import B200, H200, bench_entry, bench_json, samples
+from fp4bench.backends import registry
+from fp4bench.backends.base import Availability, Prepared, Tactic
+from fp4bench.backends.torch_bf16 import TorchBF16
+from fp4bench.cli import main as cli_main
+from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
+from fp4bench.formats.swizzle import unswizzle_128x4
+from fp4bench.gate.baseline import APPROVED, candidate_path
+from test_plugin import BENCH_FILE, TINY
+
+pytest_plugins = ["pytester"]
+
+MED = 10e-6
+NAMES = ("b::t[0]", "b::t[1]")
+
+
+# --- backends loaded into the inner pytest runs with --fp4-plugin test_bad_inputs ---------------
+
+
+class RaisingAvailability(TorchBF16):
+    name = "broken-availability"
+    kinds = frozenset({"dense"})
+
+    def availability(self, device: torch.device) -> Availability:
+        raise RuntimeError("driver exploded")
+
+
+class Float64Output(TorchBF16):
+    """Correct values, returned as a new float64 tensor instead of the bf16 output."""
+
+    name = "float64-output"
+    kinds = frozenset({"dense"})
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        return super().run(prepared, tactic).double()
+
+
+class FlatOutput(TorchBF16):
+    """Correct values as ``[N]`` instead of ``[M, N]``: at M = 1 it broadcasts against the reference."""
+
+    name = "flat-output"
+    kinds = frozenset({"dense"})
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        return super().run(prepared, tactic).reshape(-1)
+
+
+BACKENDS = [RaisingAvailability(), Float64Output(), FlatOutput()]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_registry(monkeypatch):
+    registry.all_backends()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+
+
+# --- file builders ------------------------------------------------------------------------------
+
+
+def _file(benches: list[dict], fingerprint=H200, sweep: dict | None = None, **kw: Any) -> dict:
+    data = bench_json(benches, fingerprint=fingerprint, **kw)
+    if sweep is not None:
+        data["fp4bench"]["sweep"].update(sweep)
+    return data
+
+
+def _runs(factor: float = 1.0, n: int = 30, seed: int = 0, extra: dict | None = None,
+          names: tuple[str, ...] = NAMES, sigma: float = 0.01) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [bench_entry(name, samples(rng, MED * factor, sigma, n), extra) for name in names]
+
+
+def _with_data(data: dict, values: list) -> dict:
+    for b in data["benchmarks"]:
+        b["stats"]["data"] = list(values)
+    return data
+
+
+def _put(tmp: Path, name: str, data: dict | str) -> str:
+    p = tmp / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(p)
+
+
+def _cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    rc = cli_main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, out, err
+
+
+# --- fp4bench compare ---------------------------------------------------------------------------
+
+GOOD = _file(_runs())
+
+# (id, new-file builder or None for GOOD, base-file builder or None for GOOD, extra args, exit, message)
+COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, str]] = [
+    ("all-zero samples", lambda: _with_data(_file(_runs()), [0.0] * 30), None, [], 2,
+     "invalid sample(s) (times must be finite numbers of seconds > 0), e.g. [0.0, 0.0, 0.0]"),
+    ("boolean samples", lambda: _with_data(_file(_runs()), [True] * 30), None, [], 2,
+     "invalid sample(s) (times must be finite numbers of seconds > 0), e.g. [True, True, True]"),
+    ("negative sample", lambda: _with_data(_file(_runs()), [1e-5] * 29 + [-1e-5]), None, [], 2, "e.g. [-1e-05]"),
+    ("NaN sample", lambda: _with_data(_file(_runs()), [1e-5] * 29 + [float("nan")]), None, [], 2, "e.g. [nan]"),
+    ("zero baseline", None, lambda: _with_data(_file(_runs()), [0.0] * 30), [], 2, "invalid sample(s)"),
+    ("too few samples, 2x slower", lambda: _file(_runs(2.0, n=3)), None, [], 1,
+     "too few samples (baseline 30, current 3; need >= 5)"),
+    ("too few samples accepted", lambda: _file(_runs(2.0, n=3)), None, ["--allow-ambiguous"], 0,
+     "too few samples"),
+    ("clock anomaly everywhere", lambda: _file(_runs(2.0, extra={"clock_anomaly": "SM clock 345 MHz"})), None, [],
+     1, "current run clock anomaly: SM clock 345 MHz; timing not judged"),
+    ("noise-k nan", None, None, ["--noise-k", "nan"], 2, "Policy.noise_k must be a finite number >= 0, got nan"),
+    ("sweep is a string", None, lambda: _edit(GOOD, lambda d: d["fp4bench"].update(sweep="all")), [], 2,
+     "'fp4bench.sweep' must be an object, got str 'all'"),
+    ("verdicts is a list", None, lambda: _edit(GOOD, lambda d: d["fp4bench"].update(verdicts=["PASS"])), [], 2,
+     "'fp4bench.verdicts' must be an object, got list ['PASS']"),
+    ("verdict count is text", None, lambda: _file(_runs(), verdicts={"FAIL": "none"}), [], 2,
+     "'fp4bench.verdicts['FAIL']' must be a count, got 'none'"),
+    ("noise_floor is a list", None, lambda: _file(_runs(extra={"noise_floor": [0.01]})), [], 2,
+     "extra_info['noise_floor'] must be a relative number >= 0 (0.02 = 2 %), got [0.01]"),
+    ("clock is an object", None, lambda: _file(_runs(extra={"sm_clock_mhz": {"median": 1980}})), [], 2,
+     "extra_info['sm_clock_mhz'] must be a number or a list of numbers (MHz), got {'median': 1980}"),
+    ("kernels is a number", None, lambda: _file(_runs(extra={"kernels": 3})), [], 2,
+     "extra_info['kernels'] must be a list of names, got 3"),
+    ("200k-deep JSON", None, lambda: "[" * 200_000 + "]" * 200_000, [], 2, "nests JSON too deeply"),
+    ("L2 mode differs", lambda: _file(_runs(), sweep={"l2": "hot"}), lambda: _file(_runs(), sweep={"l2": "cold"}),
+     [], 2, "the baseline was timed with l2='cold' but this run with l2='hot'"),
+    ("timer differs", lambda: _file(_runs(), sweep={"timer": "cpu"}), lambda: _file(_runs(), sweep={"timer": "graph"}),
+     [], 2, "the baseline was timed with timer='graph' but this run with timer='cpu'"),
+    ("baseline had an injected slowdown", None, lambda: _file(_runs(), sweep={"inject_slowdown": 0.05}), [], 2,
+     "the baseline was measured with a test-only injected slowdown (inject_slowdown=0.05)"),
+]
+
+
+@pytest.mark.parametrize(("new", "base", "args", "code", "message"), [r[1:] for r in COMPARE_ROWS],
+                         ids=[r[0] for r in COMPARE_ROWS])
+def test_compare_rows(tmp_path, capsys, new, base, args, code, message):
+    b = _put(tmp_path, "base.json", base() if base else GOOD)
+    n = _put(tmp_path, "new.json", new() if new else GOOD)
+    rc, out, err = _cli(capsys, ["compare", b, n, *args])
+    assert rc == code, out + err
+    assert message in (err if code == 2 else out)
+
+
+def test_compare_unreadable_file(tmp_path, capsys, monkeypatch):
+    b = _put(tmp_path, "base.json", GOOD)
+    real = Path.read_text
+
+    def read_text(self, *a, **kw):
+        if self.name == "base.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    rc, _, err = _cli(capsys, ["compare", b, b])
+    assert rc == 2 and f"baseline file {b} cannot be read: Permission denied" in err
+    rc, _, err = _cli(capsys, ["compare", str(tmp_path), b])
+    assert rc == 2 and f"baseline file {tmp_path} is not a file" in err
+
+
+def test_compare_baseline_of_unknown_unit_names_it_and_collapses_drift(tmp_path, capsys):
+    """An unchanged stack on another (or unrecorded) unit: every kernel +3 %, significant but under
+    the floor. The header says the unit is unknown; the 20 AMBIGUOUS verdicts are one explained
+    line, not 20 rows; nothing fails."""
+    names = tuple(f"b::t[{i}]" for i in range(20))
+    b = _put(tmp_path, "base.json", _file(_runs(1.0, names=names, sigma=0.002)))  # no gpu_uuid
+    n = _put(tmp_path, "new.json", _file(_runs(1.03, seed=1, names=names, sigma=0.002),
+                                         fingerprint=replace(H200, gpu_uuid="GPU-1234")))
+    rc, out, _ = _cli(capsys, ["compare", b, n])
+    assert rc == 0, out
+    lines = out.splitlines()
+    assert lines[3] == "baseline from another/unknown GPU unit: re-approve on this runner for full sensitivity"
+    assert "run-to-run allowance 2% not applied: another or unknown GPU unit" in lines[2]
+    assert sum(ln.startswith("AMBIGUOUS") for ln in lines) == 1
+    assert "AMBIGUOUS (20, not listed above): significantly slower, by +" in out
+    assert "it does not fail the gate" in out and "summary: 20 AMBIGUOUS → no regression (exit 0)" in out
+
+
+# --- fp4bench baseline approve ------------------------------------------------------------------
+
+
+def _approved(tmp_path: Path) -> Path:
+    p = tmp_path / "root" / "nvidia-h200" / APPROVED
+    _put(tmp_path, "root/nvidia-h200/approved.json", GOOD)
+    return p
+
+
+def _fingerprint_dict(**kw) -> Callable[[dict], None]:
+    def edit(d: dict) -> None:
+        d["fp4bench"]["fingerprint"].update(kw)
+    return edit
+
+
+# (id, candidate builder, extra args, exit, message)
+APPROVE_ROWS: list[tuple[str, Callable[[], dict], list[str], int, str]] = [
+    ("slug escapes the root", lambda: _edit(GOOD, _fingerprint_dict(gpu_slug="../../x")), [], 2,
+     "bad fingerprint: gpu_slug '../../x' does not match gpu_name 'NVIDIA H200' (its slug is 'nvidia-h200')"),
+    ("B200 relabelled as H200", lambda: _edit(_file(_runs(), fingerprint=B200),
+                                              _fingerprint_dict(gpu_slug="nvidia-h200")), ["--force"], 2,
+     "gpu_slug 'nvidia-h200' does not match gpu_name 'NVIDIA B200'"),
+    ("subset shrinks coverage", lambda: _file(_runs(names=NAMES[:1])), [], 2,
+     "has 1 benchmarks, 1 of the 2 in"),
+    ("other L2 mode than the approved", lambda: _file(_runs(), sweep={"l2": "hot"}), [], 2, "l2="),
+    ("injected slowdown, even forced", lambda: _file(_runs(), sweep={"inject_slowdown": 0.05}), ["--force"], 2,
+     "measured with a test-only injected slowdown (inject_slowdown=0.05); it can never be approved"),
+    ("poisoned context", lambda: _file(_runs(), clean=False), [], 2, "its run was not clean"),
+]
+
+
+def _edit(data: dict, fn: Callable[[dict], None]) -> dict:
+    d = json.loads(json.dumps(data))
+    fn(d)
+    return d
+
+
+@pytest.mark.parametrize(("cand", "args", "code", "message"), [r[1:] for r in APPROVE_ROWS],
+                         ids=[r[0] for r in APPROVE_ROWS])
+def test_approve_rows(tmp_path, capsys, cand, args, code, message):
+    approved = _approved(tmp_path)
+    _put(tmp_path, "root/nvidia-h200/approved.json", _file(_runs(), sweep={"l2": "cold"}))
+    before = approved.read_bytes()
+    c = _put(tmp_path, "cand.json", cand())
+    rc, out, err = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root"), *args])
+    assert rc == code, out + err
+    assert message in err
+    assert approved.read_bytes() == before  # the approved baseline is untouched
+    assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()
+
+
+def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
+    approved = _approved(tmp_path)
+    c = _put(tmp_path, "cand.json", _file(_runs(names=NAMES[:1])))
+    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root")])
+    assert rc == 2 and f"approving would stop gating them (use force to shrink the baseline):\n  {NAMES[1]}" in err
+    rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root"), "--force"])
+    assert rc == 0 and f"no longer gated (1 benchmarks of the previous baseline):\n  {NAMES[1]}" in out
+    assert json.loads(approved.read_text())["fp4bench"]["approval"]["forced"] is True
+
+
+@pytest.mark.parametrize("how", ["a file where the GPU folder should be", "read-only folder"])
+def test_approve_into_an_unwritable_folder(tmp_path, capsys, monkeypatch, how):
+    root = tmp_path / "root"
+    if how == "read-only folder":  # root ignores permission bits, so the OS refusal is simulated
+        def refuse(*a, **kw):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+        message = "Permission denied"
+    else:
+        _put(tmp_path, "root/nvidia-h200", "not a folder")
+        message = "cannot write"
+    c = _put(tmp_path, "cand.json", GOOD)
+    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--root", str(root)])
+    assert rc == 2 and message in err
+
+
+def test_env_with_a_bad_device(capsys):
+    rc, _, err = _cli(capsys, ["env", "--device", "foo"])
+    assert rc == 2 and "fp4bench env: --device: 'foo' is not a torch device" in err
+
+
+# --- storage API --------------------------------------------------------------------------------
+
+
+def test_two_runs_in_the_same_second_get_different_candidates(tmp_path):
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    a, b = candidate_path(tmp_path, "cpu", now), candidate_path(tmp_path, "cpu", now)
+    assert a.name == "20260102T030405Z.json" and b.name == "20260102T030405Z-1.json"
+    assert a.exists() and b.exists()  # reserved on disk, so a third process cannot take them either
+
+
+@pytest.mark.parametrize("slug", ["../../x", "nvidia-h200/../../x", "", "NVIDIA H200"])
+def test_candidate_path_stays_under_the_root(tmp_path, slug):
+    with pytest.raises(ValueError, match="is not a plain name"):
+        candidate_path(tmp_path / "root", slug)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- formats ------------------------------------------------------------------------------------
+
+
+def test_nvfp4_tiny_block_gives_finite_output():
+    rng = torch.Generator().manual_seed(0)
+    for amax in (1e-37, 5e-39, 1.4e-45):  # below 2688 / fp32 max ~ 7.9e-36: gs would overflow
+        x = torch.randn(4, 32, generator=rng) * amax
+        q = nvfp4_quantize(x)
+        assert torch.isfinite(q.global_scale).all() and torch.isfinite(q.scales.float()).all()
+        d = nvfp4_dequantize(q)
+        assert torch.isfinite(d).all()
+        if amax > 1e-38:  # normal fp32 range: the blocks are represented to E2M1 precision
+            assert torch.allclose(d, x, rtol=0.5, atol=amax * 0.05)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: nvfp4_quantize(torch.full((2, 16), 1e39, dtype=torch.float64)),
+     "nvfp4_quantize: input of dtype torch.float64 and shape (2, 16) has 32 value(s) beyond the float32 range"),
+    (lambda: unswizzle_128x4(torch.empty(0, 128, 4, dtype=torch.uint8), 1, 1),
+     "unswizzle_128x4: a 3-D [E, ...] scale tensor needs at least one matrix, got shape (0, 128, 4)"),
+    (lambda: NVFP4(*_q()[:2], torch.tensor(0.0)), "NVFP4: global_scale must be finite and > 0, got 0.0"),
+    (lambda: NVFP4(*_q()[:2], torch.tensor(-2.0)), "NVFP4: global_scale must be finite and > 0, got -2.0"),
+], ids=["fp64 above fp32 max", "unswizzle empty", "global_scale 0", "global_scale negative"])
+def test_format_rows(call, message):
+    with pytest.raises(ValueError) as ei:
+        call()
+    assert message in str(ei.value)
+
+
+def _q() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q = nvfp4_quantize(torch.randn(2, 32, generator=torch.Generator().manual_seed(1)))
+    return q.data, q.scales, q.global_scale
+
+
+# --- pytest bench -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bench(pytester):
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    return pytester
+
+
+BF16 = [*TINY, "--fp4-backends", "torch-bf16", "--fp4-min-samples", "8"]
+_SAVED: dict[str, dict] = {}
+
+
+def _saved(bench) -> dict:
+    """A torch-bf16 candidate of this machine (saved once per session, copied after)."""
+    if "base" not in _SAVED:
+        res = bench.runpytest(*BF16, "--fp4-save-baseline", "saved.json")
+        assert res.ret == 0, res.stdout.str()
+        _SAVED["base"] = json.loads((bench.path / "saved.json").read_text())
+    return json.loads(json.dumps(_SAVED["base"]))
+
+
+def _no_traceback(res) -> None:
+    assert "Traceback" not in res.stdout.str() + res.stderr.str()
+    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+
+
+def _base_few_samples(d: dict) -> dict:
+    for b in d["benchmarks"]:
+        b["stats"]["data"] = b["stats"]["data"][:3]
+    return d
+
+
+def _base_cold_l2(d: dict) -> dict:
+    d["fp4bench"]["sweep"]["l2"] = "cold"
+    return d
+
+
+# (id, args, baseline edit or None (no baseline file), exit, message in stderr (usage) / stdout)
+PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
+    ("bad routing", ["--fp4-routing", "zipf:abc"], None, 4,
+     "fp4bench: routing 'zipf:abc': Zipf exponent 'abc' is not a number"),
+    ("bad device", ["--fp4-device", "foo"], None, 4, "fp4bench: --fp4-device: 'foo' is not a torch device"),
+    ("bad device + save", ["--fp4-device", "foo", "--fp4-save-baseline", "x.json"], None, 4,
+     "fp4bench: --fp4-device: 'foo' is not a torch device"),
+    ("bad plugin + baseline", ["--fp4-plugin", "no_such_module", "--fp4-baseline", "base.json"], lambda d: d, 4,
+     "fp4bench: --fp4-plugin: cannot import backend module 'no_such_module'"),
+    ("bad routing + baseline", ["--fp4-routing", "zipf:abc", "--fp4-baseline", "base.json"], lambda d: d, 4,
+     "Zipf exponent 'abc' is not a number"),
+    ("save onto approved.json", ["--fp4-save-baseline", "baselines/cpu/approved.json"], None, 4,
+     "a run is never saved as approved.json; save a candidate and use 'fp4bench baseline approve'"),
+    ("save onto an existing file", ["--fp4-save-baseline", "test_fp4_gemm.py.json"], None, 4,
+     "test_fp4_gemm.py.json already exists; a run never overwrites a file"),
+    ("save path without .json", ["--fp4-save-baseline", "results"], None, 4,
+     "--fp4-save-baseline results: a result file name must end in .json"),
+    ("baseline timed with cold L2", ["--fp4-baseline", "base.json"], _base_cold_l2, 4,
+     "the baseline was timed with l2='cold' but this run with l2='hot'"),
+    ("baseline with too few samples", ["--fp4-baseline", "base.json"], _base_few_samples, 1,
+     "too few samples (baseline 3, current"),
+    ("... accepted", ["--fp4-baseline", "base.json", "--fp4-allow-ambiguous"], _base_few_samples, 0, "AMBIGUOUS"),
+    ("AMBIGUOUS made to fail", ["--fp4-baseline", "base.json", "--fp4-fail-on-ambiguous"], "noisy-fast", 1,
+     "AMBIGUOUS test_fp4_gemm.py::test_dense[torch-bf16-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]: "),
+    ("... passes by default", ["--fp4-baseline", "base.json"], "noisy-fast", 0, "AMBIGUOUS"),
+]
+
+
+def _noisy_fast(d: dict) -> dict:
+    """Baseline 1000x as fast, with a recorded run-to-run noise of 1e9 (relative): every case is
+    slower beyond the floor but within that noise, so AMBIGUOUS however busy this machine is."""
+    for b in d["benchmarks"]:
+        b["stats"]["data"] = [x / 1000 for x in b["stats"]["data"]]
+        b["extra_info"]["noise_floor"] = 1e9
+    return d
+
+
+@pytest.mark.parametrize(("args", "edit", "code", "message"), [r[1:] for r in PYTEST_ROWS],
+                         ids=[r[0] for r in PYTEST_ROWS])
+def test_pytest_rows(bench, args, edit, code, message):
+    (bench.path / "test_fp4_gemm.py.json").write_text("{}")
+    if edit is not None:
+        edit = _noisy_fast if edit == "noisy-fast" else edit
+        (bench.path / "base.json").write_text(json.dumps(edit(_saved(bench))))
+    res = bench.runpytest(*BF16, *args)
+    _no_traceback(res)
+    assert res.ret == code, res.stdout.str() + res.stderr.str()
+    assert message in (res.stderr.str() if code == 4 else res.stdout.str())
+    assert (bench.path / "test_fp4_gemm.py.json").read_text() == "{}"
+    assert not (bench.path / "baselines" / "cpu" / APPROVED).exists()
+
+
+def test_save_baseline_does_not_swallow_the_test_path(bench):
+    """``pytest --fp4-save-baseline bench``: ``bench`` is the tests, the candidate goes to the
+    default place, and nothing is written over the folder or its files."""
+    (bench.path / "bench").mkdir()
+    (bench.path / "test_fp4_gemm.py").rename(bench.path / "bench" / "test_fp4_gemm.py")
+    src = (bench.path / "bench" / "test_fp4_gemm.py").read_text()
+    res = bench.runpytest(*BF16, "--fp4-save-baseline", "bench")
+    _no_traceback(res)
+    assert res.ret == 0, res.stdout.str()
+    assert res.parseoutcomes()["passed"] == 2
+    (cand,) = (bench.path / "baselines" / "cpu" / "candidates").glob("*.json")
+    assert json.loads(cand.read_text())["fp4bench"]["clean"] is True
+    assert (bench.path / "bench" / "test_fp4_gemm.py").read_text() == src
+    assert not list(bench.path.rglob("*.partial"))
+
+
+def test_plugin_whose_availability_raises_costs_only_that_backend(bench):
+    res = bench.runpytest(*TINY, "--fp4-plugin", __name__, "--fp4-backends", "broken-availability,torch-bf16")
+    _no_traceback(res)
+    assert res.ret == 0
+    assert res.parseoutcomes()["passed"] == 2
+    assert "broken-availability: availability() raised RuntimeError: driver exploded" in res.stdout.str()
+
+
+@pytest.mark.parametrize(("backend", "what"), [
+    ("float64-output", "output has dtype torch.float64 (expected torch.bfloat16)"),
+    ("flat-output", "output has shape (512,) (expected (1, 512))"),
+])
+def test_backend_output_of_the_wrong_dtype_or_shape_fails(bench, backend, what):
+    res = bench.runpytest(*TINY, "--fp4-plugin", __name__, "--fp4-backends", backend)
+    _no_traceback(res)
+    assert res.ret == 1 and res.parseoutcomes()["failed"] == 2
+    assert (f"{backend} [default] on glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144: "
+            f"wrong output dtype/shape: {what}") in res.stdout.str()
+
+
+def test_injected_slowdown_is_recorded_and_never_approved(bench, capsys):
+    res = bench.runpytest(*BF16, "--fp4-inject-slowdown", "0.05", "--fp4-save-baseline", "inj.json")
+    assert res.ret == 0, res.stdout.str()
+    assert "injected a test-only slowdown: it is recorded and can never be approved" in res.stdout.str()
+    sec = json.loads((bench.path / "inj.json").read_text())["fp4bench"]
+    assert sec["sweep"]["inject_slowdown"] == 0.05 and sec["clean"] is False
+    assert sec["sweep"]["l2"] == "hot" and sec["sweep"]["timer"] == "cpu"
+    rc, _, err = _cli(capsys, ["baseline", "approve", str(bench.path / "inj.json"), "--root",
+                               str(bench.path / "root"), "--force"])
+    assert rc == 2 and "it can never be approved" in err
+
+
+def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
+    """The CUDA context check runs before pytest-benchmark writes the JSON (it writes first in
+    its sessionfinish), so a run that broke the context is never saved as clean."""
+    def poisoned(st):
+        st.health = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+    monkeypatch.setattr(fp4bench.plugin, "_check_health", poisoned)
+    res = bench.runpytest(*BF16, "--fp4-save-baseline", "poisoned.json")
+    assert res.ret == 1
+    sec = json.loads((bench.path / "poisoned.json").read_text())["fp4bench"]
+    assert sec["clean"] is False and "illegal memory access" in sec["context_health"]
+    assert "CUDA CONTEXT BROKEN after the run: RuntimeError" in res.stdout.str()
+
+
+def test_setup_errors_are_not_left_half_written(bench):
+    """A session that measures nothing leaves no empty reserved candidate behind."""
+    res = bench.runpytest(*BF16, "-k", "no_such_test", "--fp4-save-baseline", "empty.json")
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert not (bench.path / "empty.json").exists() and not list(bench.path.rglob("*.partial"))
