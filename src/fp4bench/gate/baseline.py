@@ -14,7 +14,11 @@ Storage (measurement.md §10: pytest-benchmark keys its storage by OS/Python and
     baselines/<gpu_slug>/history/approved-<UTC>.json   earlier approved baselines
 
 A candidate becomes the baseline only through ``approve`` (an explicit act), which refuses runs
-that were not clean (FAIL verdicts / failed tests) unless forced.
+that were not clean (FAIL verdicts / failed tests / broken CUDA context), runs that drop benchmarks
+of the baseline they replace or were timed another way (L2 mode, timer) unless forced, and a run
+with an injected slowdown always. ``<gpu_slug>`` is derived from the GPU name and must be a plain
+``a-z0-9-`` name, so nothing is ever written outside the baselines root. Candidate names are
+reserved atomically (``O_EXCL``): two runs started in the same second get two files.
 """
 
 from __future__ import annotations

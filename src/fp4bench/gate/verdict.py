@@ -14,7 +14,9 @@ Rule for one benchmark (``ratio = median(new) / median(base)``; measurement.md Â
                or fewer than ``min_samples`` samples on either side
     PASS       otherwise; "improved" when faster by the same three criteria
     INVALID    either run flagged a clock anomaly / invalid sample set in ``extra_info``, or (with
-               ``Policy(throttle="invalid")``) throttling: reported, never a timing failure.
+               ``Policy(throttle="invalid")``) throttling: the timing is not judged. INVALID and
+               too-few-samples AMBIGUOUS fail the gate unless ``allow_ambiguous``: a run where no
+               verdict could be reached must not pass as if it had been checked.
                By default throttling is *reported* next to the verdict but the timing is judged:
                on an H200 the 700 W power cap (SwPowerCap) is the steady state of any heavy
                decode GEMM (seen in both runs of an unchanged A/A pair), so invalidating it would
