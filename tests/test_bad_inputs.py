@@ -381,6 +381,11 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "fp4bench: --fp4-plugin: cannot import backend module 'no_such_module'"),
     ("bad routing + baseline", ["--fp4-routing", "zipf:abc", "--fp4-baseline", "base.json"], lambda d: d, 4,
      "Zipf exponent 'abc' is not a number"),
+    ("bad floor + baseline", ["--fp4-floor", "nan", "--fp4-baseline", "base.json"], lambda d: d, 4,
+     "fp4bench: Policy.floor is a relative change (0.05 = 5 %), got nan"),
+    ("baseline 200k deep", ["--fp4-baseline", "base.json"], lambda d: "[" * 200_000 + "]" * 200_000, 4,
+     "fp4bench baseline: baseline file base.json nests JSON too deeply to be a baseline"),
+    ("baseline is a folder", ["--fp4-baseline", "."], None, 4, "fp4bench baseline: baseline file . is not a file"),
     ("save onto approved.json", ["--fp4-save-baseline", "baselines/cpu/approved.json"], None, 4,
      "a run is never saved as approved.json; save a candidate and use 'fp4bench baseline approve'"),
     ("save onto an existing file", ["--fp4-save-baseline", "test_fp4_gemm.py.json"], None, 4,
@@ -413,7 +418,8 @@ def test_pytest_rows(bench, args, edit, code, message):
     (bench.path / "test_fp4_gemm.py.json").write_text("{}")
     if edit is not None:
         edit = _noisy_fast if edit == "noisy-fast" else edit
-        (bench.path / "base.json").write_text(json.dumps(edit(_saved(bench))))
+        data = edit(_saved(bench))
+        (bench.path / "base.json").write_text(data if isinstance(data, str) else json.dumps(data))
     res = bench.runpytest(*BF16, *args)
     _no_traceback(res)
     assert res.ret == code, res.stdout.str() + res.stderr.str()

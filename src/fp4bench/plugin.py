@@ -185,7 +185,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
-    save = _save_option(config)
+    # pytest-xdist workers neither write the JSON nor gate; the controller does
+    save = None if hasattr(config, "workerinput") else _save_option(config)
     try:
         if compare is True or explicit:
             _activate_baseline(st, explicit)
@@ -333,7 +334,7 @@ def _baseline_record(st: Fp4Session, fullname: str):
 def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -> Any:
     from fp4bench.backends.registry import get_backend
     from fp4bench.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED
-    from fp4bench.gate.baseline import availability_key, availability_value, is_ok
+    from fp4bench.gate.baseline import availability_key, availability_value, check_samples, is_ok
     from fp4bench.measure.timing import record_in_benchmark
 
     fullname = benchmark.fullname if hasattr(benchmark, "fullname") else request.node.nodeid
@@ -371,6 +372,10 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     assert res_status == MEASURED
     if res.timing is None:  # --benchmark-disable: correctness only
         return res
+    try:  # a zero / non-finite time is a broken timer, never a fast kernel
+        check_samples(list(res.timing.samples_s), "the timer")
+    except ValueError as exc:
+        pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {exc}", pytrace=False)
     record_in_benchmark(benchmark, res.timing)
     st.rows.append(_row(spec, res))
     st.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))
