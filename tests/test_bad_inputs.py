@@ -490,7 +490,8 @@ def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
     assert "CUDA CONTEXT BROKEN after the run: RuntimeError" in res.stdout.str()
 
 
-def test_setup_errors_are_not_left_half_written(bench):
+@pytest.mark.filterwarnings("ignore:Not saving anything")
+def test_nothing_measured_leaves_no_reserved_file(bench):
     """A session that measures nothing leaves no empty reserved candidate behind."""
     res = bench.runpytest(*BF16, "-k", "no_such_test", "--fp4-save-baseline", "empty.json")
     assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
