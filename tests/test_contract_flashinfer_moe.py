@@ -265,7 +265,7 @@ def test_sweep_runs_every_tactic_once_with_decoded_sm90_labels() -> None:
     p = _problem()
     g1, g2 = be.tactic_lists(p, CPU)
     sweep = be.tactics(p, CPU)
-    assert len(g1) == len(g2) == 116 and sweep == g1 + g2
+    assert len(g1) == len(g2) == 116 and sweep == [DEFAULT_TACTIC] + g1 + g2  # the library's default first
     assert [t.value for t in g1] == [(i, -1) for i in range(116)]
     assert [t.value for t in g2] == [(-1, 116 + j) for j in range(116)]
     assert len({t.label for t in sweep}) == len(sweep)
@@ -276,7 +276,7 @@ def test_sweep_runs_every_tactic_once_with_decoded_sm90_labels() -> None:
 def test_labels_fall_back_to_indices_when_counts_differ() -> None:
     be = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer("90", n1=3, n2=2))
     labels = [t.label for t in be.tactics(_problem(), CPU)]
-    assert labels == ["g1-000+g2-default", "g1-001+g2-default", "g1-002+g2-default",
+    assert labels == ["default", "g1-000+g2-default", "g1-001+g2-default", "g1-002+g2-default",
                       "g1-default+g2-000", "g1-default+g2-001"]
 
 
@@ -309,6 +309,7 @@ def test_availability_gates_on_cuda_cc_and_import(monkeypatch: pytest.MonkeyPatc
     assert not w4.availability(torch.device("cuda")).ok
     assert not w4.availability(CPU).ok
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA fake")
     for cc, w4_ok, nv_ok in [((9, 0), True, False), ((10, 0), False, True), ((12, 1), False, True),
                              ((8, 9), False, False), ((10, 7), False, False)]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None, cc=cc: cc)

@@ -49,13 +49,19 @@ class Tactic:
 
     value: Any
     label: str
+    #: the kernel configuration the library runs for it, where known (e.g. a tile table of the
+    #: installed version); recorded with each measurement so a re-ordered library is visible
+    config: str | None = None
+    #: True for the library's own choice (no tactic passed): its kernel may change between
+    #: versions by design; an explicit tactic that runs another kernel is a different benchmark
+    default: bool = False
 
     @property
     def id(self) -> str:
         return self.label
 
 
-DEFAULT_TACTIC = Tactic(value=None, label="default")
+DEFAULT_TACTIC = Tactic(value=None, label="default", default=True)
 
 
 class TacticUnsupported(RuntimeError):
@@ -127,6 +133,12 @@ class Backend(ABC):
 
         Raises ``TacticUnsupported`` when the tactic cannot initialize for this problem.
         """
+
+    def reference_options(self, prepared: Prepared) -> dict[str, Any]:
+        """Keyword arguments of the reference this backend's output must match, for what the
+        kernel does between its GEMMs (e.g. an NVFP4 fused MoE re-quantizes its intermediate
+        with a calibrated global scale); {} = the plain reference of the problem's kind."""
+        return {}
 
     def describe(self) -> str:
         return f"{self.name} ({self.api})" if self.api else self.name
