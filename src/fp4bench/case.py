@@ -109,9 +109,9 @@ class CaseRunner:
         return self._lru(self._ops, (problem.id, act, weight),
                          lambda: make_operands(problem, act, weight, self.device, self.seed))
 
-    def reference(self, ops: Operands, options: dict[str, Any] | None = None) -> _Reference:
-        """The reference for ``ops`` under a backend's ``reference_options`` (cached per problem,
-        formats and options: two backends that round their intermediates alike share it)."""
+    def reference(self, ops: Operands, options: dict[str, Any] | None = None, roundings: int = 1) -> _Reference:
+        """The reference for ``ops`` under a backend's ``reference_options`` and output roundings
+        (cached per problem, formats and options: backends that round alike share it)."""
         options = dict(options or {})
 
         def make() -> _Reference:
@@ -126,19 +126,20 @@ class CaseRunner:
                 raise ValueError(f"reference options {sorted(options)} apply to MoE problems only")
             out = reference_gemm(ops)
             if isinstance(ops.problem, GemmProblem):
-                bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k)
+                bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k,
+                                         roundings)
             else:
-                bound = self._grouped_bound(ops, out)
+                bound = self._grouped_bound(ops, out, roundings)
             return _Reference(out, bound, unquantized_gemm(ops))
 
-        key = (ops.problem.id, ops.act_format, ops.weight_format, _options_key(options))
+        key = (ops.problem.id, ops.act_format, ops.weight_format, _options_key(options), roundings)
         return self._lru(self._refs, key, make)
 
     @staticmethod
-    def _grouped_bound(ops: Operands, ref: torch.Tensor) -> torch.Tensor:
+    def _grouped_bound(ops: Operands, ref: torch.Tensor, roundings: int = 1) -> torch.Tensor:
         bound = torch.zeros_like(ref)
         for lo, hi, a, w in expert_products(ops):
-            bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k)
+            bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k, roundings)
         return bound
 
     def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
@@ -166,7 +167,7 @@ class CaseRunner:
             return CaseResult(SKIPPED, f"{backend.name}: {why}")
         ops = self.operands(problem, backend.act_format, backend.weight_format)
         prep = self.prepared(backend, problem, ops)
-        ref = self.reference(ops, backend.reference_options(prep))
+        ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
         info = self._describe(backend, avail.version, problem, tactic)
         try:
             check = check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)

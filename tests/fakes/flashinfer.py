@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fakes.decode import EXACT, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
+from fakes.decode import EXACT, FakeContractError, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
 from fp4bench.backends.flashinfer_dense import FlashInferAPI
 
 _SM100_TILES = ("128x64x128B", "128x256x128B", "128x128x256B", "128x256x256B")
@@ -112,6 +112,8 @@ class FakeCutlassFp4Runner:
                 f"b_descale must be the .T of 128x4 swizzled [{pad(n, 128)}, {pad(c, 4)}], got {tuple(mat2_sf.shape)}")
         require(tuple(out.shape) == (m, n) and out.dtype == out_dtype, f"out {tuple(out.shape)} {out.dtype}")
         require(ws.dtype == torch.uint8 and ws.ndim == 1, "workspace must be a 1-D uint8 buffer")
+        if self.owner.reject:
+            raise FakeContractError(f"Check failed: {self.owner.reject}")
         configs = self.owner.configs(self.family)
         require(tactic == -1 or 0 <= tactic < len(configs), f"tactic must be between 0 and {len(configs)}")
         config = self.owner.default_config(self.family) if tactic == -1 else configs[tactic]
@@ -123,6 +125,9 @@ class FakeCutlassFp4Runner:
         acc = da @ dw.T
         if not mis.ignore_global:
             acc = acc * alpha.reshape(-1)[0]
+        band = self.owner.zero_band
+        if band is not None and band[0] <= m <= band[1]:
+            acc = torch.zeros_like(acc)
         write(out, acc)
         self.owner.launches.append(tactic)
         self.owner.kernels.append(f"cutlass3x_{self.family}_fp4gemm_{config}")
@@ -139,6 +144,10 @@ class FakeFlashInfer:
     #: replace a family's config list (a library build that dropped or re-ordered configs)
     config_lists: Mapping[str, Sequence[str]] = field(default_factory=dict)
     version: str = "0.7.2.post1"
+    #: an argument check the call fails (TVM-FFI "Check failed: ..."), e.g. a changed contract
+    reject: str | None = None
+    #: rows [lo, hi] of M for which the kernel writes zeros (FlashInfer #3398 on SM120)
+    zero_band: tuple[int, int] | None = None
     calls: int = 0
     launches: list = field(default_factory=list)
     kernels: list = field(default_factory=list)

@@ -101,6 +101,10 @@ class Backend(ABC):
     #: back-to-back launches between events and says so, instead of attempting a capture that
     #: fails mid-way and invalidates the capture stream)
     no_graph_reason: ClassVar[str | None] = None
+    #: how often the library rounds the output to bf16 (2 when it scales a bf16 result again,
+    #: e.g. ``torch._scaled_mm`` v1 followed by ``out.mul_(alpha)``): widens the verify bound by
+    #: exactly that rounding, nothing else
+    output_roundings: ClassVar[int] = 1
 
     @abstractmethod
     def availability(self, device: torch.device) -> Availability:
