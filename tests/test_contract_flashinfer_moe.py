@@ -386,3 +386,36 @@ def test_scale_fold_model_matches_flashinfer_helper() -> None:
     assert folded[0, 0, 0, 0, 4 * 1 + 2] == s[0, 16 * 1 + 0, 2]     # byte 4j+g of row i = row 16j+i, group g
     prepare = pytest.importorskip("flashinfer.fused_moe.prepare", reason="flashinfer not installed")
     assert torch.equal(folded, prepare.interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32))
+
+
+# --------------------------------------------------------------------------- the real path
+def test_nvfp4_case_runner_checks_against_the_backends_own_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CaseRunner (the production path) must model the NVFP4 re-quantized intermediate: with
+    the plain bf16-intermediate reference a correct kernel reports hundreds of mismatches."""
+    from fakes.arch import pretend
+    from fp4bench.case import MEASURED, CaseRunner
+    from fp4bench.measure.timing import TimingConfig
+
+    pretend(monkeypatch, "B200")
+    be = fim.FlashInferCutlassMoENVFP4(api=FakeFlashInfer("100", n1=3, n2=3))
+    runner = CaseRunner(CPU, TimingConfig(mode="cpu", time_budget_s=0.01))
+    res = runner.run(be, _problem(h=128, i=64, seed=2), DEFAULT_TACTIC, measure=False)
+    assert res.status == MEASURED and res.check.ok, res.reason
+
+
+def test_argument_check_errors_are_errors_not_unsupported() -> None:
+    """TVM-FFI raises RuntimeError for a failed argument check too: it must not become "unsupported"."""
+    be = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer("90", n1=4, n2=4))
+    ops = make_operands(_problem(), *W4A16)
+    prep = be.prepare(ops.problem, ops, CPU)
+    with pytest.raises(RuntimeError, match="Invalid gemm profile id") as info:
+        be.run(prep, Tactic((99, -1), "g1-099+g2-default"))
+    assert not isinstance(info.value, TacticUnsupported)
+
+
+def test_all_zero_occupancy_keeps_every_tactic_as_flashinfer_does() -> None:
+    """FlashInfer's own filter falls back to all tactics when every one reports 0 occupancy."""
+    be = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer("90", n1=3, n2=3, zero_occ={0, 1, 2, 4}))
+    ops = make_operands(_problem(), *W4A16)
+    unusable = be.prepare(ops.problem, ops, CPU).args["meta"]["unusable"]
+    assert sorted(unusable) == [4]  # GEMM1: all zero -> keep all; GEMM2: only tactic 4 is zero

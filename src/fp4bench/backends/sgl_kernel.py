@@ -78,7 +78,8 @@ class SglKernelAPI:
 
 def _import_reason(version: str | None, error: str) -> str:
     built = BUILT_FOR_TORCH.get(version or "")
-    tail = f" (built for torch {built})" if built else ""
+    tail = (f" (built for torch {built}: run the sgl rows in the sglang runner environment, "
+            f"docs/sglang-runner.md)") if built else ""
     return f"sgl_kernel {version or '?'} does not import under torch {torch.__version__}: {error}{tail}"
 
 

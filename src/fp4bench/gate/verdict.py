@@ -411,8 +411,9 @@ def _tactic_kernel_change(common: dict[str, Any], base_extra: Mapping[str, Any],
     reason = (f"tactic {tactic} now runs another kernel: {_identity(base_extra)} → {_identity(new_extra)}; "
               "timings of different kernels are not compared")
     status = Status.FAIL if policy.dispatch == "fail" else Status.INVALID
+    kept = {k: v for k, v in common.items() if k not in ("ratio", "p_value", "p_adjusted")}  # no Δ
     return Verdict(status=status, kind=KERNEL_CHANGE, reason=reason, dispatch_changed=True,
-                   kernels_added=kinds[0], kernels_removed=kinds[1], **common)
+                   kernels_added=kinds[0], kernels_removed=kinds[1], **kept)
 
 
 def lost_kernel_verdicts(baseline: Baseline,

@@ -17,7 +17,7 @@ BUILT_FOR = "2.9"
 _seen = os.environ.get("FP4SIM_TORCH", torch.__version__)
 if not _seen.startswith(BUILT_FOR):
     raise ImportError(f"{os.path.dirname(__file__)}/common_ops.abi3.so: undefined symbol: "
-                      "_ZN3c104cuda9SetDeviceEab (built for torch 2.9.1)")
+                      "_ZN3c104cuda9SetDeviceEab")
 
 _lib = torch.library.Library("sgl_kernel", "DEF")
 _lib.define("cutlass_scaled_fp4_mm(Tensor! out, Tensor a, Tensor b, Tensor block_scale_a, "
