@@ -37,7 +37,7 @@ def test_output_matches_reference(monkeypatch, gpu, problem):
     fake, be = _setup(monkeypatch, gpu)
     ops = make_operands(problem, "nvfp4", "nvfp4", seed=problem.m + problem.n)
     prep = be.prepare(problem, ops, CPU)
-    tactic = be.tactics(problem, CPU)[5]
+    tactic = be.tactics(problem, CPU)[6]  # t05 (the library's default comes first)
     prep.out.fill_(float("nan"))  # the call must write every element
     out = be.run(prep, tactic)
     assert out is prep.out
@@ -51,12 +51,12 @@ def test_every_tactic_is_launched_explicitly(monkeypatch):
     ops = make_operands(problem, "nvfp4", "nvfp4", seed=7)
     prep = be.prepare(problem, ops, CPU)
     tactics = be.tactics(problem, CPU)
-    assert [t.value for t in tactics] == list(range(32))
-    assert len({t.label for t in tactics}) == 32
+    assert [t.value for t in tactics] == [-1] + list(range(32))
+    assert len({t.label for t in tactics}) == 33
     for t in tactics:
         prep.out.fill_(float("nan"))
         assert_matches_reference(be.run(prep, t), ops)
-    assert fake.launches == list(range(32))
+    assert fake.launches == [-1] + list(range(32))
 
 
 def test_prepared_arguments_have_the_documented_layout(monkeypatch):
@@ -76,14 +76,33 @@ def test_prepared_arguments_have_the_documented_layout(monkeypatch):
     assert ws.dtype == torch.uint8
 
 
-def test_failing_tactic_surfaces_as_tactic_unsupported(monkeypatch):
-    _, be = _setup(monkeypatch, failing={3})
+@pytest.mark.parametrize(("kind", "text"), [
+    ("workspace", "Requested workspace size insufficient"), ("can_implement", "FP4 Gemm cutlass kernel will fail for params"),
+    ("init", "Failed to initialize cutlass FP4 gemm"), ("run", "Failed to run cutlass FP4 gemm")])
+def test_failing_tactic_surfaces_as_tactic_unsupported(monkeypatch, kind, text):
+    """Every per-tactic error the runner throws is recorded as data, not a crash of the case."""
+    _, be = _setup(monkeypatch, failing={3: kind})
     problem = GemmProblem(4, 64, 64)
     prep = be.prepare(problem, make_operands(problem, "nvfp4", "nvfp4"), CPU)
-    tactics = be.tactics(problem, CPU)
-    with pytest.raises(TacticUnsupported, match="t03:128x64x128-c1x4-1sm.*Failed to initialize cutlass FP4 gemm"):
-        be.run(prep, tactics[3])
-    be.run(prep, tactics[4])  # the others still run
+    tactics = {t.label: t for t in be.tactics(problem, CPU)}
+    with pytest.raises(TacticUnsupported, match=f"t03: \\[FP4 gemm Runner\\] {text}"):
+        be.run(prep, tactics["t03"])
+    be.run(prep, tactics["t04"])  # the others still run
+
+
+@pytest.mark.parametrize(("gpu", "config"), [("B200", "CtaShape128x128x256B_Cluster2x4x1"),
+                                             ("RTX PRO 6000", "CtaShape128x128x128B_dp")])
+def test_default_row_runs_what_the_library_runs_without_a_tactic(monkeypatch, gpu, config):
+    """The quick run's one row is tactic -1 on every architecture, not tactic 0."""
+    from fp4bench.sweep import quick_tactics
+
+    fake, be = _setup(monkeypatch, gpu)
+    problem = GemmProblem(4, 64, 64)
+    ops = make_operands(problem, "nvfp4", "nvfp4")
+    (row,) = quick_tactics(be.tactics(problem, CPU))
+    assert (row.label, row.value, row.default) == ("default", -1, True)
+    assert_matches_reference(be.run(be.prepare(problem, ops, CPU), row), ops)
+    assert fake.launches == [-1] and fake.kernels[-1].endswith(config)
 
 
 def test_other_runtime_errors_propagate(monkeypatch):
@@ -93,7 +112,7 @@ def test_other_runtime_errors_propagate(monkeypatch):
     prep = be.prepare(problem, make_operands(problem, "nvfp4", "nvfp4"), CPU)
     prep.args["inputs"][1] = prep.args["inputs"][1].contiguous()  # b no longer a view of [N, K/2]
     with pytest.raises(FakeContractError, match="mat2 must be contiguous"):
-        be.run(prep, be.tactics(problem, CPU)[0])
+        be.run(prep, be.tactics(problem, CPU)[1])
 
 
 @pytest.mark.parametrize("misread", [Misread(scales_linear=True), Misread(high_nibble_first=True),

@@ -265,7 +265,7 @@ def test_sweep_runs_every_tactic_once_with_decoded_sm90_labels() -> None:
     p = _problem()
     g1, g2 = be.tactic_lists(p, CPU)
     sweep = be.tactics(p, CPU)
-    assert len(g1) == len(g2) == 116 and sweep == g1 + g2
+    assert len(g1) == len(g2) == 116 and sweep == [DEFAULT_TACTIC] + g1 + g2  # the library's default first
     assert [t.value for t in g1] == [(i, -1) for i in range(116)]
     assert [t.value for t in g2] == [(-1, 116 + j) for j in range(116)]
     assert len({t.label for t in sweep}) == len(sweep)
@@ -276,7 +276,7 @@ def test_sweep_runs_every_tactic_once_with_decoded_sm90_labels() -> None:
 def test_labels_fall_back_to_indices_when_counts_differ() -> None:
     be = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer("90", n1=3, n2=2))
     labels = [t.label for t in be.tactics(_problem(), CPU)]
-    assert labels == ["g1-000+g2-default", "g1-001+g2-default", "g1-002+g2-default",
+    assert labels == ["default", "g1-000+g2-default", "g1-001+g2-default", "g1-002+g2-default",
                       "g1-default+g2-000", "g1-default+g2-001"]
 
 
@@ -309,6 +309,7 @@ def test_availability_gates_on_cuda_cc_and_import(monkeypatch: pytest.MonkeyPatc
     assert not w4.availability(torch.device("cuda")).ok
     assert not w4.availability(CPU).ok
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA fake")
     for cc, w4_ok, nv_ok in [((9, 0), True, False), ((10, 0), False, True), ((12, 1), False, True),
                              ((8, 9), False, False), ((10, 7), False, False)]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None, cc=cc: cc)
@@ -385,3 +386,36 @@ def test_scale_fold_model_matches_flashinfer_helper() -> None:
     assert folded[0, 0, 0, 0, 4 * 1 + 2] == s[0, 16 * 1 + 0, 2]     # byte 4j+g of row i = row 16j+i, group g
     prepare = pytest.importorskip("flashinfer.fused_moe.prepare", reason="flashinfer not installed")
     assert torch.equal(folded, prepare.interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32))
+
+
+# --------------------------------------------------------------------------- the real path
+def test_nvfp4_case_runner_checks_against_the_backends_own_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CaseRunner (the production path) must model the NVFP4 re-quantized intermediate: with
+    the plain bf16-intermediate reference a correct kernel reports hundreds of mismatches."""
+    from fakes.arch import pretend
+    from fp4bench.case import MEASURED, CaseRunner
+    from fp4bench.measure.timing import TimingConfig
+
+    pretend(monkeypatch, "B200")
+    be = fim.FlashInferCutlassMoENVFP4(api=FakeFlashInfer("100", n1=3, n2=3))
+    runner = CaseRunner(CPU, TimingConfig(mode="cpu", time_budget_s=0.01))
+    res = runner.run(be, _problem(h=128, i=64, seed=2), DEFAULT_TACTIC, measure=False)
+    assert res.status == MEASURED and res.check.ok, res.reason
+
+
+def test_argument_check_errors_are_errors_not_unsupported() -> None:
+    """TVM-FFI raises RuntimeError for a failed argument check too: it must not become "unsupported"."""
+    be = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer("90", n1=4, n2=4))
+    ops = make_operands(_problem(), *W4A16)
+    prep = be.prepare(ops.problem, ops, CPU)
+    with pytest.raises(RuntimeError, match="Invalid gemm profile id") as info:
+        be.run(prep, Tactic((99, -1), "g1-099+g2-default"))
+    assert not isinstance(info.value, TacticUnsupported)
+
+
+def test_all_zero_occupancy_keeps_every_tactic_as_flashinfer_does() -> None:
+    """FlashInfer's own filter falls back to all tactics when every one reports 0 occupancy."""
+    be = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer("90", n1=3, n2=3, zero_occ={0, 1, 2, 4}))
+    ops = make_operands(_problem(), *W4A16)
+    unusable = be.prepare(ops.problem, ops, CPU).args["meta"]["unusable"]
+    assert sorted(unusable) == [4]  # GEMM1: all zero -> keep all; GEMM2: only tactic 4 is zero

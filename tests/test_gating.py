@@ -16,7 +16,7 @@ from fakes.sgl_kernel import FakeSglKernel
 from fakes.torch_scaled_mm import FakeTorchScaledMM
 from fp4bench.backends import _gating, cublaslt, flashinfer_dense, sgl_kernel
 from fp4bench.backends.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4
-from fp4bench.backends.flashinfer_dense import FlashInferDense, tactic_labels
+from fp4bench.backends.flashinfer_dense import TABLE_VERSION, FlashInferDense, tactic_configs
 from fp4bench.backends.sgl_kernel import SglKernelDense, SglKernelGroup
 
 CUDA = torch.device("cuda")
@@ -71,12 +71,12 @@ def test_hopper_is_refused_before_any_library_call(monkeypatch, no_real_librarie
     assert CublasLtV1().availability(CUDA).reason == \
         "needs SM100/103/110/120/121 (Blackwell); this GPU is SM90 (NVIDIA H200)"
     assert SglKernelDense().availability(CUDA).reason == \
-        "needs SM100/103/120 (Blackwell); this GPU is SM90 (NVIDIA H200)"
+        "needs SM100/120 (Blackwell); this GPU is SM90 (NVIDIA H200)"
 
 
 @pytest.mark.parametrize(("gpu", "expected"), [
     ("B200", {"flashinfer-cutlass", "sgl-kernel", "sgl-kernel-group", "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4"}),
-    ("B300", {"flashinfer-cutlass", "sgl-kernel", "sgl-kernel-group", "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4"}),
+    ("B300", {"flashinfer-cutlass", "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4"}),  # sgl_kernel: no sm_103 cubin
     ("RTX PRO 6000", {"flashinfer-cutlass", "sgl-kernel", "sgl-kernel-group", "cublaslt", "cublaslt-v2"}),
     ("GB10", {"flashinfer-cutlass", "cublaslt", "cublaslt-v2"}),
     ("Thor", {"flashinfer-cutlass", "cublaslt", "cublaslt-v2"}),
@@ -90,9 +90,12 @@ def test_blackwell_support_matrix(monkeypatch, gpu, expected):
 def test_available_reports_the_library_version_and_caveats(monkeypatch):
     pretend(monkeypatch, "B300")
     fi, sgl, tsm = FakeFlashInfer(), FakeSglKernel(), FakeTorchScaledMM()
-    assert FlashInferDense(api=fi.api()).availability(CUDA).version == "0.7.2.post1-fake"
+    assert FlashInferDense(api=fi.api()).availability(CUDA).version == "0.7.2.post1"
     avail = SglKernelDense(api=sgl.api()).availability(CUDA)
-    assert avail.ok and avail.version == "0.3.21" and "unverified" in avail.reason
+    assert not avail.ok and "no sm_103" in avail.reason and sgl.calls == 0  # would fail at launch
+    pretend(monkeypatch, "B200")
+    avail = SglKernelDense(api=sgl.api()).availability(CUDA)
+    assert avail.ok and avail.version == "0.3.21"
     pretend(monkeypatch, "Thor")
     avail = CublasLtV1(api=tsm.api()).availability(CUDA)
     assert avail.ok and "unverified" in avail.reason and avail.version == "2.13.0-fake"
@@ -103,7 +106,7 @@ def test_available_reports_the_library_version_and_caveats(monkeypatch):
 def test_flashinfer_library_checks(monkeypatch):
     pretend(monkeypatch, "B200")
     assert FlashInferDense(api=FakeFlashInfer(supported_sms=(120,)).api()).availability(CUDA).reason == \
-        "flashinfer 0.7.2.post1-fake: mm_fp4 backend 'cutlass' does not support SM100 (NVIDIA B200)"
+        "flashinfer 0.7.2.post1: mm_fp4 backend 'cutlass' does not support SM100 (NVIDIA B200)"
     monkeypatch.setattr(_gating, "dist_version", lambda *names: None)
     assert FlashInferDense().availability(CUDA).reason == "flashinfer-python is not installed"
 
@@ -119,7 +122,7 @@ def test_sgl_kernel_import_failure_is_the_skip_reason(monkeypatch):
     monkeypatch.setattr(_gating, "probe_import", lambda name: _gating.ImportProbe(False, err))
     monkeypatch.setattr(sgl_kernel, "load_sgl_kernel", lambda: pytest.fail("imported in-process"))
     reason = SglKernelGroup().availability(CUDA).reason
-    assert reason == f"sgl_kernel 0.3.21 does not import under torch {torch.__version__}: {err} (built for torch 2.9.1)"
+    assert reason == f"sgl_kernel 0.3.21 does not import under torch {torch.__version__}: {err} (built for torch 2.9.1: run the sgl rows in the sglang runner environment, docs/sglang-runner.md)"
     monkeypatch.setattr(_gating, "dist_version", lambda *names: None)
     monkeypatch.setattr(_gating, "module_installed", lambda name: False)
     assert SglKernelDense().availability(CUDA).reason == "sgl_kernel is not installed"
@@ -145,10 +148,10 @@ def test_cublaslt_checks_the_installed_torch(monkeypatch):
     (31, "t31:128x256x256-c4x4-2sm"),
 ])
 def test_sm100_labels(index, label):
-    labels = tactic_labels(32, 10, 0)
-    assert labels[index] == label
-    assert len(set(labels)) == 32
-    assert tactic_labels(32, 11, 0) == labels  # SM110 loads the SM100 module
+    configs = tactic_configs(32, 10, 0, TABLE_VERSION)
+    assert f"t{index:02d}:{configs[index]}" == label
+    assert len(set(configs)) == 32
+    assert tactic_configs(32, 11, 0, TABLE_VERSION) == configs  # SM110 loads the SM100 module
 
 
 @pytest.mark.parametrize(("index", "label"), [
@@ -157,13 +160,14 @@ def test_sm100_labels(index, label):
     (26, "t26:256x128x128-swap-streamk"), (31, "t31:128x256x128-noswap-streamk"),
 ])
 def test_sm120_labels(index, label):
-    assert tactic_labels(32, 12, 0)[index] == label
-    assert tactic_labels(32, 12, 1)[index] == label
+    assert f"t{index:02d}:{tactic_configs(32, 12, 0, TABLE_VERSION)[index]}" == label
+    assert f"t{index:02d}:{tactic_configs(32, 12, 1, TABLE_VERSION)[index]}" == label
 
 
-def test_unknown_tables_fall_back_to_plain_ids():
-    assert tactic_labels(63, 10, 3) == [f"t{i:02d}" for i in range(63)]  # SM103: unverified table
-    assert tactic_labels(30, 10, 0)[0] == "t00"  # a count the table does not describe
+def test_unknown_tables_give_no_configs():
+    assert tactic_configs(63, 10, 3, TABLE_VERSION) == [None] * 63  # SM103: unverified table
+    assert tactic_configs(30, 10, 0, TABLE_VERSION) == [None] * 30  # a count the table does not describe
+    assert tactic_configs(32, 10, 0, "0.7.3") == [None] * 32  # another release may order its list differently
 
 
 def test_tactics_come_from_the_runner(monkeypatch):
@@ -172,8 +176,10 @@ def test_tactics_come_from_the_runner(monkeypatch):
     from fp4bench.problems import GemmProblem
 
     tactics = FlashInferDense(api=fake.api()).tactics(GemmProblem(8, 64, 64), CUDA)
-    assert [t.value for t in tactics] == list(range(32))
-    assert tactics[21].label == "t21:128x128x256-noswap-dp"
+    assert [t.value for t in tactics] == [-1] + list(range(32))
+    assert tactics[0].default and tactics[0].label == "default"
+    assert tactics[0].config == tactics[22].config == "128x128x256-noswap-dp"  # -1 on SM120 runs t21
+    assert (tactics[22].label, tactics[22].default) == ("t21", False)
 
 
 # -- _gating helpers ----------------------------------------------------------------------------

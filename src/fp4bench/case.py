@@ -64,6 +64,17 @@ def _clone(obj: Any) -> Any:
     return obj
 
 
+def _options_key(options: dict[str, Any]) -> tuple:
+    """Hashable form of reference options (tensors by value: a recalibrated scale is another key)."""
+    out = []
+    for k in sorted(options):
+        v = options[k]
+        if isinstance(v, torch.Tensor):
+            v = tuple(v.detach().double().flatten().tolist())
+        out.append((k, v))
+    return tuple(out)
+
+
 class CaseRunner:
     """Holds the per-session caches (operands, references) and the measurement settings."""
 
@@ -98,28 +109,37 @@ class CaseRunner:
         return self._lru(self._ops, (problem.id, act, weight),
                          lambda: make_operands(problem, act, weight, self.device, self.seed))
 
-    def reference(self, ops: Operands) -> _Reference:
+    def reference(self, ops: Operands, options: dict[str, Any] | None = None, roundings: int = 1) -> _Reference:
+        """The reference for ``ops`` under a backend's ``reference_options`` and output roundings
+        (cached per problem, formats and options: backends that round alike share it)."""
+        options = dict(options or {})
+
         def make() -> _Reference:
             if isinstance(ops.problem, MoEProblem):
                 from fp4bench import reference_moe
 
-                out = reference_moe.reference_moe(ops)
+                out = reference_moe.reference_moe(ops, **options)
                 # the end-to-end quantization loss vs the bf16 layer (recorded, not pass/fail)
-                return _Reference(out, reference_moe.moe_error_bound(ops, out), reference_moe.unquantized_moe(ops))
+                return _Reference(out, reference_moe.moe_error_bound(ops, out, **options),
+                                  reference_moe.unquantized_moe(ops))
+            if options:
+                raise ValueError(f"reference options {sorted(options)} apply to MoE problems only")
             out = reference_gemm(ops)
             if isinstance(ops.problem, GemmProblem):
-                bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k)
+                bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k,
+                                         roundings)
             else:
-                bound = self._grouped_bound(ops, out)
+                bound = self._grouped_bound(ops, out, roundings)
             return _Reference(out, bound, unquantized_gemm(ops))
 
-        return self._lru(self._refs, (ops.problem.id, ops.act_format, ops.weight_format), make)
+        key = (ops.problem.id, ops.act_format, ops.weight_format, _options_key(options), roundings)
+        return self._lru(self._refs, key, make)
 
     @staticmethod
-    def _grouped_bound(ops: Operands, ref: torch.Tensor) -> torch.Tensor:
+    def _grouped_bound(ops: Operands, ref: torch.Tensor, roundings: int = 1) -> torch.Tensor:
         bound = torch.zeros_like(ref)
         for lo, hi, a, w in expert_products(ops):
-            bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k)
+            bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k, roundings)
         return bound
 
     def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
@@ -147,7 +167,7 @@ class CaseRunner:
             return CaseResult(SKIPPED, f"{backend.name}: {why}")
         ops = self.operands(problem, backend.act_format, backend.weight_format)
         prep = self.prepared(backend, problem, ops)
-        ref = self.reference(ops)
+        ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
         info = self._describe(backend, avail.version, problem, tactic)
         try:
             check = check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
@@ -164,13 +184,15 @@ class CaseRunner:
         if self.device.type == "cuda":
             with TelemetrySampler(self.device.index or 0) as tele:
                 timing = time_gpu(fns, self.timing, self.device, backend.no_graph_reason)
-            if "kernels" not in timing.extra:  # the CUPTI timer already saw them; else one profiled call
-                info["kernels"] = kernel_ids.kernel_names(fns[0])
             if tele.result is not None:
                 # energy per call is only reported for windows >= 1 s (see TelemetrySampler)
                 info.update(tele.result.to_extra_info(len(timing.samples_s) * timing.calls_per_sample))
         else:
             timing = time_cpu(fns, dataclasses.replace(self.timing, mode="cpu"))
+        if "kernels" not in timing.extra:  # the CUPTI timer already saw them; else one profiled call
+            names = kernel_ids.kernel_names(fns[0])
+            if names or self.device.type == "cuda":  # a CPU run sees no device kernels
+                info["kernels"] = names
         info.update(timing.to_extra_info())
         info.update(self._rates(problem, backend, timing.median_s))
         return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
@@ -189,12 +211,14 @@ class CaseRunner:
         o = problem.origin
         info: dict[str, Any] = {
             "backend": backend.name, "backend_version": version, "api": backend.api,
-            "tactic": tactic.label, "problem": problem.id, "kind": problem.kind,
+            "tactic": tactic.label, "explicit_tactic": not tactic.default, "problem": problem.id, "kind": problem.kind,
             "model": o.model, "batch": o.batch, "tp": o.tp, "routing": o.routing, "role": o.role,
             "act_format": backend.act_format, "weight_format": backend.weight_format,
             # rotating copies are only made on CUDA (``_rotating_calls``): a CPU run is cache-hot
             "l2": "cold (rotating copies)" if self.cold_l2 and self.device.type == "cuda" else "hot",
         }
+        if tactic.config is not None:
+            info["tactic_config"] = tactic.config
         if problem.kind == "dense":
             info.update(m=problem.m, n=problem.n, k=problem.k)
         elif problem.kind == "grouped":

@@ -122,8 +122,10 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
 
 
 def quick_tactics(tactics: list[Tactic]) -> list[Tactic]:
-    """Default run: the library's default tactic only (the full sweep runs all of them)."""
+    """Default run: what the library runs when the caller passes no tactic (the full sweep runs
+    all of them): ``Tactic.default``, or by the labels third-party backends use for it. A backend
+    without such a row gets its first tactic."""
     for t in tactics:
-        if t.value is None or t.label in ("default", "auto") or t.label.startswith("auto"):
+        if t.default or t.value is None or t.label in ("default", "auto") or t.label.startswith("auto"):
             return [t]
     return tactics[:1]

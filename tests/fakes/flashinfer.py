@@ -11,18 +11,54 @@ Semantics implemented (flashinfer 0.7.2.post1, ``gemm/gemm_base.py`` and
   ``[pad128(N), pad4(K/16)]``. The scale buffers are read as
   ``pad128(rows) * pad4(K/16)`` bytes (the C++ comment); ``alpha`` is read as ``alpha[0]``.
 * SM100/103 module: ``k % 32`` and ``n % 32``; ``out`` contiguous ``[M, N]``; tactic in
-  ``[-1, tactic_num)``; listed ``failing`` tactics raise the runner's init RuntimeError.
+  ``[-1, tactic_num)``.
+* Config lists, copied from the C++ enumerations (``CutlassFp4GemmRunner::getConfigs``):
+  SM100 ``include/flashinfer/gemm/fp4_gemm_cutlass_template.h:194-231`` (4 CTA shapes x 8
+  clusters, then indices 22, 20, 29, 4, 18 moved to the front); SM120
+  ``fp4_gemm_cutlass_template_sm120.h:185-215`` (8 CTA shapes x {swap DP, DP, swap StreamK,
+  StreamK}). Tactic -1: config 0 on SM100 (``csrc/fp4_gemm_cutlass.cu:135-138``), the fixed
+  ``CtaShape128x128x128B`` no-swap DP config on SM120 (``csrc/fp4_gemm_cutlass_sm120.cu:141-145``).
+  Each launch appends the config's kernel name to ``kernels`` (what a GPU profiler would see).
+* Per-tactic failures (``failing: {tactic: kind}``) raise the runner's own RuntimeError texts
+  (``fp4_gemm_template_sm100.h:281-302``, ``sm120.h:166-192``): ``workspace``,
+  ``can_implement``, ``init``, ``run``. Argument checks raise ``FakeContractError`` (TVM-FFI's
+  ``Check failed: ...`` RuntimeError).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from fakes.decode import EXACT, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
+from fakes.decode import EXACT, FakeContractError, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
 from fp4bench.backends.flashinfer_dense import FlashInferAPI
+
+_SM100_TILES = ("128x64x128B", "128x256x128B", "128x128x256B", "128x256x256B")
+_SM100_CLUSTERS = ("1x1x1", "1x2x1", "2x1x1", "2x2x1", "1x4x1", "4x2x1", "2x4x1", "4x4x1")
+_SM100_ALL = [f"CtaShape{t}_Cluster{c}" for t in _SM100_TILES for c in _SM100_CLUSTERS]
+_BEST = (22, 20, 29, 4, 18)
+SM100_CONFIGS = tuple([_SM100_ALL[i] for i in _BEST] + [c for i, c in enumerate(_SM100_ALL) if i not in _BEST])
+_SM120_TILES = ("128x32x64B", "128x32x128B", "128x64x64B", "128x64x128B",
+                "128x128x64B", "128x128x128B", "256x128x64B", "128x256x64B")
+SM120_CONFIGS = tuple(f"CtaShape{t}_{v}" for t in _SM120_TILES
+                      for v in ("swapab_dp", "dp", "swapab_streamk", "streamk"))
+SM120_DEFAULT = "CtaShape128x128x128B_dp"
+
+_FAILURES = {
+    "workspace": "Requested workspace size insufficient. Required 33554432, got 1024",
+    "can_implement": "FP4 Gemm cutlass kernel will fail for params. Error: Error Misaligned Operand",
+    "init": "Failed to initialize cutlass FP4 gemm on {family}. Error: Error Internal",
+    "run": "Failed to run cutlass FP4 gemm on {family}. Error: Error Internal",
+}
+
+
+def _failure(kind: str, family: str) -> str:
+    """The runner's per-tactic error text (``throw std::runtime_error("[FP4 gemm Runner] " + errMsg)``)."""
+    fam = "sm120/sm121" if family == "sm120" else family
+    return "[FP4 gemm Runner] " + _FAILURES[kind].format(family=fam)
+
 
 _FP4_DTYPES = (torch.uint8, torch.float4_e2m1fn_x2)
 _SF_DTYPES = (torch.uint8, torch.float8_e4m3fn)
@@ -37,7 +73,7 @@ class FakeCutlassFp4Runner:
 
     def get_valid_tactics(self, inputs: list, profile: object) -> list[int]:
         self.owner.calls += 1
-        return list(range(self.owner.tactic_num))
+        return list(range(len(self.owner.configs(self.family))))
 
     def __call__(self, inputs: list, tactic: int = -1, **kwargs: object) -> torch.Tensor:
         self.owner.calls += 1
@@ -76,19 +112,25 @@ class FakeCutlassFp4Runner:
                 f"b_descale must be the .T of 128x4 swizzled [{pad(n, 128)}, {pad(c, 4)}], got {tuple(mat2_sf.shape)}")
         require(tuple(out.shape) == (m, n) and out.dtype == out_dtype, f"out {tuple(out.shape)} {out.dtype}")
         require(ws.dtype == torch.uint8 and ws.ndim == 1, "workspace must be a 1-D uint8 buffer")
-        require(tactic == -1 or 0 <= tactic < self.owner.tactic_num,
-                f"tactic must be between 0 and {self.owner.tactic_num}")
+        if self.owner.reject:
+            raise FakeContractError(f"Check failed: {self.owner.reject}")
+        configs = self.owner.configs(self.family)
+        require(tactic == -1 or 0 <= tactic < len(configs), f"tactic must be between 0 and {len(configs)}")
+        config = self.owner.default_config(self.family) if tactic == -1 else configs[tactic]
         if tactic in self.owner.failing:
-            raise RuntimeError(f"[FP4 gemm Runner] Failed to initialize cutlass FP4 gemm on {self.family}. "
-                               f"Error: Error Internal")
+            raise RuntimeError(_failure(self.owner.failing[tactic], self.family))
         mis = self.owner.misread
         da = dequant(raw_bytes(mat1).view(m, k // 2), read_scales(mat1_sf, m, c, "e4m3", misread=mis), 16, mis)
         dw = dequant(raw_bytes(mat2).view(n, k // 2), read_scales(mat2_sf, n, c, "e4m3", misread=mis), 16, mis.for_weights())
         acc = da @ dw.T
         if not mis.ignore_global:
             acc = acc * alpha.reshape(-1)[0]
+        band = self.owner.zero_band
+        if band is not None and band[0] <= m <= band[1]:
+            acc = torch.zeros_like(acc)
         write(out, acc)
         self.owner.launches.append(tactic)
+        self.owner.kernels.append(f"cutlass3x_{self.family}_fp4gemm_{config}")
         return out
 
 
@@ -96,15 +138,32 @@ class FakeCutlassFp4Runner:
 class FakeFlashInfer:
     """Builds the ``FlashInferAPI`` the adapter takes; counts every library call."""
 
-    tactic_num: int = 32
-    failing: Collection[int] = ()
+    failing: Mapping[int, str] | Collection[int] = ()  # tactic -> "workspace" | "can_implement" | "init" | "run"
     misread: Misread = EXACT
     supported_sms: Collection[int] = (100, 103, 107, 110, 120, 121)
+    #: replace a family's config list (a library build that dropped or re-ordered configs)
+    config_lists: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    version: str = "0.7.2.post1"
+    #: an argument check the call fails (TVM-FFI "Check failed: ..."), e.g. a changed contract
+    reject: str | None = None
+    #: rows [lo, hi] of M for which the kernel writes zeros (FlashInfer #3398 on SM120)
+    zero_band: tuple[int, int] | None = None
     calls: int = 0
     launches: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.failing, Mapping):
+            self.failing = {t: "init" for t in self.failing}
+
+    def configs(self, family: str) -> Sequence[str]:
+        return self.config_lists.get(family) or (SM120_CONFIGS if family == "sm120" else SM100_CONFIGS)
+
+    def default_config(self, family: str) -> str:
+        return SM120_DEFAULT if family == "sm120" else self.configs(family)[0]
 
     def api(self) -> FlashInferAPI:
-        return FlashInferAPI(version="0.7.2.post1-fake", cutlass_supported=self._supported,
+        return FlashInferAPI(version=self.version, cutlass_supported=self._supported,
                              fp4_runner=self._runner, workspace=self._workspace)
 
     def _supported(self, sm: int) -> bool:

@@ -62,13 +62,19 @@ class Tactic:
 
     value: Any
     label: str
+    #: the kernel configuration the library runs for it, where known (e.g. a tile table of the
+    #: installed version); recorded with each measurement so a re-ordered library is visible
+    config: str | None = None
+    #: True for the library's own choice (no tactic passed): its kernel may change between
+    #: versions by design; an explicit tactic that runs another kernel is a different benchmark
+    default: bool = False
 
     @property
     def id(self) -> str:
         return self.label
 
 
-DEFAULT_TACTIC = Tactic(value=None, label="default")
+DEFAULT_TACTIC = Tactic(value=None, label="default", default=True)
 
 
 class TacticUnsupported(RuntimeError):
@@ -108,6 +114,10 @@ class Backend(ABC):
     #: back-to-back launches between events and says so, instead of attempting a capture that
     #: fails mid-way and invalidates the capture stream)
     no_graph_reason: ClassVar[str | None] = None
+    #: how often the library rounds the output to bf16 (2 when it scales a bf16 result again,
+    #: e.g. ``torch._scaled_mm`` v1 followed by ``out.mul_(alpha)``): widens the verify bound by
+    #: exactly that rounding, nothing else
+    output_roundings: ClassVar[int] = 1
 
     @abstractmethod
     def availability(self, device: torch.device) -> Availability:
@@ -140,6 +150,12 @@ class Backend(ABC):
 
         Raises ``TacticUnsupported`` when the tactic cannot initialize for this problem.
         """
+
+    def reference_options(self, prepared: Prepared) -> dict[str, Any]:
+        """Keyword arguments of the reference this backend's output must match, for what the
+        kernel does between its GEMMs (e.g. an NVFP4 fused MoE re-quantizes its intermediate
+        with a calibrated global scale); {} = the plain reference of the problem's kind."""
+        return {}
 
     def describe(self) -> str:
         return f"{self.name} ({self.api})" if self.api else self.name

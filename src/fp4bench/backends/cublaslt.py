@@ -170,6 +170,9 @@ class CublasLtV1(_CublasLtBase):
     weight_format = "nvfp4"
     api = "torch._scaled_mm NVFP4 (cuBLASLt) + out.mul_(alpha) (second kernel, timed)"
 
+    #: the kernel's bf16 output, then ``out.mul_(alpha)`` rounded to bf16 again
+    output_roundings = 2
+
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         p = self._check(problem)
         qa, qw = nvfp4_pair(operands, self.name)

@@ -1,17 +1,17 @@
 """FlashInfer dense NVFP4 GEMM through the CUTLASS FP4 runner, one explicit tactic per launch.
 
 ``flashinfer.mm_fp4(backend="cutlass")`` has no tactic argument and, outside autotuning, always
-runs tactic -1 (= 0 on SM100, a fixed default on SM120), so this adapter drives the same runner
+runs tactic -1 (= 0 on SM100, a fixed default on SM120: the "default" row), so this adapter drives the same runner
 object ``mm_fp4`` builds (backends.md section 3.4)::
 
     runner = flashinfer.gemm.gemm_base.get_cutlass_fp4_gemm_module(major, minor).cutlass_fp4_gemm_runner()
     ws     = flashinfer.utils._get_cache_buf("mm_fp4_workspace", DEFAULT_WORKSPACE_SIZE, device)
     runner(inputs=[a, w.T, a_sf, w_sf.T, alpha, torch.bfloat16, out, 16, True, ws], tactic=t)
 
-No autotuner runs in the timed path. Tactics are ``range(fp4_gemm_tactic_num())`` (read through
-``runner.get_valid_tactics``); the labels come from the tile tables of the installed FlashInfer
-sources (SM100/110 and SM120/121 tables below), plain ``tNN`` elsewhere (SM103: its table is
-not verified).
+No autotuner runs in the timed path. Tactics are -1 ("default") and ``range(fp4_gemm_tactic_num())``
+(read through ``runner.get_valid_tactics``), labelled ``tNN``; the config of each comes from the
+tile tables of FlashInfer ``TABLE_VERSION`` (SM100/110 and SM120/121 tables below), none
+elsewhere (SM103: its table is not verified).
 
 Library access goes through ``FlashInferAPI`` so that CPU contract tests can hand the adapter a
 fake (``FlashInferDense(api=fake)``) implementing the documented semantics.
@@ -27,17 +27,36 @@ import torch
 
 from fp4bench import formats
 from fp4bench.backends import _gating
+from fp4bench.backends._errors import tactic_failure
 from fp4bench.backends._marshal import nvfp4_alpha, nvfp4_pair
-from fp4bench.backends.base import Availability, Backend, Prepared, Tactic, TacticUnsupported
+from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
 from fp4bench.operands import Operands
 from fp4bench.workloads import CUTLASS_FP4_SM100
 from fp4bench.problems import GemmProblem, Problem
 
 SUPPORTED_SMS = frozenset({100, 103, 110, 120, 121})
 DIST = "flashinfer-python"
-INIT_FAILURE = "Failed to initialize cutlass FP4 gemm"
-#: The SM100/103 wrapper checks ``k % 32`` and ``n % 32`` (csrc/fp4_gemm_cutlass.cu); SM120 leaves
-#: it to CUTLASS ``can_implement``. Applied on every GPU so all archs run the same problem set.
+#: What the runner throws for one tactic that cannot run this problem, before or while
+#: launching (``throw std::runtime_error("[FP4 gemm Runner] " + errMsg)`` in flashinfer
+#: 0.7.2.post1 include/flashinfer/gemm/fp4_gemm_template_sm100.h:281-302, sm103.h:263-284,
+#: sm120.h:166-192): workspace too small for the config, CUTLASS ``can_implement``,
+#: ``initialize`` and ``run``. A failed ``TVM_FFI_ICHECK`` argument check
+#: (csrc/fp4_gemm_cutlass.cu:100-170, "Check failed: ...") is our bug and propagates.
+TACTIC_FAILURES = (
+    "Requested workspace size insufficient",
+    "FP4 Gemm cutlass kernel will fail for params",
+    "Failed to initialize cutlass FP4 gemm",
+    "Failed to run cutlass FP4 gemm",
+)
+#: The library's own choice when no tactic is passed (mm_fp4 outside autotuning): -1. The SM100
+#: module maps it to config 0 (csrc/fp4_gemm_cutlass.cu:135-138); the SM120 module to a fixed
+#: CtaShape128x128x128B, no swap, data-parallel config (csrc/fp4_gemm_cutlass_sm120.cu:141-145),
+#: which is t21 of its list.
+LIBRARY_DEFAULT = -1
+#: The FlashInfer release whose config lists the tables below were derived from; another
+#: version gets no config descriptions (its order may differ: the executed kernel names, recorded
+#: per tactic on the GPU, are then the only identity).
+TABLE_VERSION = "0.7.2.post1"
 
 
 # -- tactic labels (from flashinfer 0.7.2.post1 include/flashinfer/gemm/*template*.h) -------------
@@ -75,6 +94,7 @@ def _sm120_descriptions() -> tuple[str, ...]:
 
 SM100_TACTICS = _sm100_descriptions()
 SM120_TACTICS = _sm120_descriptions()
+SM120_DEFAULT_INDEX = 4 * _SM120_TILES.index((128, 128, 256)) + _SM120_VARIANTS.index("noswap-dp")  # t21
 
 
 def tactic_table(major: int, minor: int) -> tuple[str, ...] | None:
@@ -87,13 +107,21 @@ def tactic_table(major: int, minor: int) -> tuple[str, ...] | None:
     return None
 
 
-def tactic_labels(count: int, major: int, minor: int) -> list[str]:
-    """``"t05:128x64x128-c1x1-1sm"`` style labels; ``"tNN"`` when the table is unknown or the
-    library reports a different tactic count than the table has (a changed build)."""
+def tactic_configs(count: int, major: int, minor: int, version: str) -> list[str | None]:
+    """The config each tactic index selects, from the tile tables of FlashInfer ``TABLE_VERSION``;
+    None for every index when the version, the architecture's table or the count differ."""
     table = tactic_table(major, minor)
-    if table is None or len(table) != count:
-        return [f"t{i:02d}" for i in range(count)]
-    return [f"t{i:02d}:{d}" for i, d in enumerate(table)]
+    if version != TABLE_VERSION or table is None or len(table) != count:
+        return [None] * count
+    return list(table)
+
+
+def default_config(major: int, minor: int, version: str) -> str | None:
+    """The config tactic -1 runs (``LIBRARY_DEFAULT``), where the table is verified."""
+    table = tactic_table(major, minor)
+    if version != TABLE_VERSION or table is None:
+        return None
+    return table[0] if major in (10, 11) else SM120_TACTICS[SM120_DEFAULT_INDEX]
 
 
 # -- library access --------------------------------------------------------------------------
@@ -179,13 +207,21 @@ class FlashInferDense(Backend):
         return info
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
+        """The library's default (-1, what ``mm_fp4`` runs) first, then every tactic it lists.
+
+        Labels are the library's tactic indices (``tNN``: what it takes, stable keys across
+        versions); the config each one selects travels separately (``Tactic.config``), and on
+        the GPU the executed kernel names are recorded, so a library that re-orders its list
+        shows up as "tactic tNN now runs another kernel" instead of a timing change."""
         info = self._arch(device)
-        runner = self._library().fp4_runner(info.major, info.minor)
-        ids = list(runner.get_valid_tactics([], None))
-        labels = tactic_labels(len(ids), info.major, info.minor)
-        if ids != list(range(len(ids))):  # labels index the table; anything else gets plain ids
-            labels = [f"t{t:02d}" for t in ids]
-        return [Tactic(value=t, label=lab) for t, lab in zip(ids, labels)]
+        lib = self._library()
+        runner = lib.fp4_runner(info.major, info.minor)
+        ids = [int(t) for t in runner.get_valid_tactics([], None)]
+        configs = tactic_configs(len(ids), info.major, info.minor, lib.version)
+        if ids != list(range(len(ids))):  # configs index the table; anything else has none
+            configs = [None] * len(ids)
+        default = Tactic(LIBRARY_DEFAULT, "default", default_config(info.major, info.minor, lib.version), default=True)
+        return [default] + [Tactic(value=t, label=f"t{t:02d}", config=c) for t, c in zip(ids, configs)]
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         why = self.unsupported_reason(problem)
@@ -210,10 +246,10 @@ class FlashInferDense(Backend):
         try:
             prepared.args["runner"](inputs=prepared.args["inputs"], tactic=tactic.value)
         except RuntimeError as exc:
-            msg = str(exc)
-            if INIT_FAILURE in msg:
-                raise TacticUnsupported(f"{tactic.label}: {msg.strip().splitlines()[0]}") from exc
-            raise
+            unsupported = tactic_failure(exc, tactic.label, TACTIC_FAILURES)
+            if unsupported is None:
+                raise  # an argument check or anything else: our bug, never "unsupported"
+            raise unsupported from exc
         return prepared.out
 
 

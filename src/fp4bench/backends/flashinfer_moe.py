@@ -49,7 +49,9 @@ from typing import Any, ClassVar
 import torch
 
 from fp4bench import formats
-from fp4bench.backends.base import Availability, Backend, Prepared, Tactic, TacticUnsupported
+from fp4bench.backends import _gating
+from fp4bench.backends._errors import tactic_failure
+from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic, TacticUnsupported
 from fp4bench.operands import Operands
 from fp4bench.workloads import FLASHINFER_MXFP4_PAD
 from fp4bench.problems import MoEProblem, Problem
@@ -57,6 +59,25 @@ from fp4bench.reference_moe import reference_moe, routed_intermediate_amax
 
 MXFP4_GROUP = 32
 DEFAULT = -1
+#: Errors the fused-MoE GEMM launchers raise for one tactic (config) that cannot run this
+#: problem: a per-tactic outcome. TensorRT-LLM checks in FlashInfer 0.7.2.post1
+#: csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/launchers/
+#: moe_gemm_tma_ws_launcher.inl:755-773, moe_gemm_tma_ws_mixed_input_launcher.inl:393-415 and
+#: moe_gemm/moe_gemm_template_dispatch.h:205-215. Anything else -- notably TVM-FFI's
+#: ``Check failed: ...`` argument checks of flashinfer_cutlass_fused_moe_binding.cu, which
+#: also arrive as RuntimeError -- is not a tactic property and propagates as an error.
+TACTIC_FAILURES = (
+    "Grouped GEMM kernel will fail for params",
+    "Failed to initialize cutlass TMA WS grouped gemm",
+    "Failed to run cutlass TMA WS grouped gemm",
+    "mixed dtype WS grouped cutlass kernel will fail for params",
+    "Failed to initialize cutlass mixed dtype WS grouped gemm",
+    "Failed to run cutlass mixed dtype WS grouped gemm",
+    "MoE FC kernel will fail for params",
+    "Failed to initialize cutlass grouped gemm",
+    "Failed to run cutlass grouped gemm",
+    "Configuration was disabled by FAST_BUILD",
+)
 
 
 class FlashInferMoEApi:
@@ -69,8 +90,10 @@ class FlashInferMoEApi:
 
     def device_arch(self, device: torch.device) -> str:
         """FlashInfer's module key for ``device`` ("90", "100", "120", ...)."""
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"{10 * major + minor}"
+        info = _gating.device_info(device)
+        if info is None:
+            raise RuntimeError(f"flashinfer fused MoE: {device} is not a CUDA device ({_gating.NO_CUDA})")
+        return str(info.sm)
 
     def cutlass_fused_moe(self, **kwargs: Any) -> Any:
         from flashinfer.fused_moe import cutlass_fused_moe
@@ -265,11 +288,10 @@ class _FlashInferCutlassMoE(Backend):
 
     # -- availability ------------------------------------------------------------------
     def availability(self, device: torch.device) -> Availability:
-        device = torch.device(device)
-        if device.type != "cuda" or not torch.cuda.is_available():
+        info = _gating.device_info(device)
+        if info is None:
             return Availability.no(f"{self.name} needs a CUDA GPU")
-        major, minor = torch.cuda.get_device_capability(device)
-        cc = 10 * major + minor
+        cc = info.sm
         if cc not in self.supported_ccs:
             return Availability.no(f"{self.name} runs on compute capability "
                                    f"{sorted(self.supported_ccs)}; this GPU is sm_{cc}")
@@ -327,10 +349,11 @@ class _FlashInferCutlassMoE(Backend):
         return g1, g2
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
-        """Sweep policy: each GEMM1 tactic with the default GEMM2, then each GEMM2 tactic with the
-        default GEMM1 (n1 + n2 runs instead of n1 * n2)."""
+        """Sweep policy: the library's default (profile ids ``[-1, -1]``, what a caller passing
+        none gets), each GEMM1 tactic with the default GEMM2, then each GEMM2 tactic with the
+        default GEMM1 (n1 + n2 + 1 runs instead of n1 * n2)."""
         g1, g2 = self.tactic_lists(problem, device)
-        return g1 + g2
+        return [DEFAULT_TACTIC] + g1 + g2
 
     # -- prepare / run -----------------------------------------------------------------
     def _check_operands(self, ops: Operands) -> None:
@@ -366,19 +389,25 @@ class _FlashInferCutlassMoE(Backend):
         return Prepared(problem=problem, out=out, args={"call": args, "meta": meta})
 
     def _unusable_tactics(self, p: MoEProblem, device: torch.device) -> dict[int, str]:
-        """Tactic id -> why the library cannot run it here (asked once, outside the timed region)."""
+        """Tactic id -> why the library cannot run it here (asked once, outside the timed region).
+
+        Per GEMM, as FlashInfer's own tactic filter does (flashinfer/fused_moe/core.py,
+        ``MoERunner.get_valid_tactics``): tactics reporting zero occupancy are dropped unless
+        *all* of them do ("fall back to all tactics if occupancy check eliminated everything",
+        e.g. an architecture whose occupancy query is not implemented), and the shape filter
+        is dropped when it would leave nothing."""
         x_dtype, w_dtype, w4 = self._runner_args()
         r = self.lib.tactic_runner(self._arch(device), x_dtype, w_dtype, p.top_k, w4)
         n1, n2 = int(r.get_gemm1_tactic_count()), int(r.get_gemm2_tactic_count())
-        valid = {int(v) for v in r.get_valid_tactics_for_shape(1, 2 * p.inter, p.hidden)}
-        valid |= {int(v) for v in r.get_valid_tactics_for_shape(2, p.hidden, p.inter)}
         bad: dict[int, str] = {}
-        for tid in range(n1 + n2):
-            gemm, n, k = (1, 2 * p.inter, p.hidden) if tid < n1 else (2, p.hidden, p.inter)
-            if tid not in valid:
-                bad[tid] = f"FlashInfer marks GEMM{gemm} tactic {tid} invalid for N={n}, K={k}"
-            elif int(r.get_tactic_occupancy(tid)) <= 0:
-                bad[tid] = f"GEMM{gemm} tactic {tid} has zero occupancy on this GPU"
+        for gemm, ids, n, k in ((1, range(n1), 2 * p.inter, p.hidden), (2, range(n1, n1 + n2), p.hidden, p.inter)):
+            zero = {t for t in ids if int(r.get_tactic_occupancy(t)) <= 0}
+            if len(zero) < len(ids):
+                bad.update({t: f"GEMM{gemm} tactic {t} has zero occupancy on this GPU" for t in zero})
+            valid = {int(v) for v in r.get_valid_tactics_for_shape(gemm, n, k)}
+            invalid = [t for t in ids if t not in valid and t not in bad]
+            if len(invalid) < len(ids) - len(bad):
+                bad.update({t: f"FlashInfer marks GEMM{gemm} tactic {t} invalid for N={n}, K={k}" for t in invalid})
         return bad
 
     def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> list[int]:
@@ -401,13 +430,20 @@ class _FlashInferCutlassMoE(Backend):
                                        use_fused_finalize=False, profile_ids=ids,
                                        **prepared.args["call"])
         except RuntimeError as exc:
-            raise TacticUnsupported(f"{tactic.label}: {exc}".splitlines()[0][:500]) from exc
+            unsupported = tactic_failure(exc, tactic.label, TACTIC_FAILURES)
+            if unsupported is None:
+                raise  # an argument check or anything else is our bug: an error, never "unsupported"
+            raise unsupported from exc
         return prepared.out
+
+    def reference_options(self, prepared: Prepared) -> dict[str, Any]:
+        """The kernel's rounding between the GEMMs (bf16, or NVFP4 with the calibrated fc2 scale)."""
+        return {"intermediate": self.intermediate,
+                "fc2_act_global_scale": prepared.args["meta"].get("fc2_act_global_scale")}
 
     def reference(self, prepared: Prepared, operands: Operands) -> torch.Tensor:
         """The float32 reference this backend's output must match (same bytes, same rounding)."""
-        return reference_moe(operands, intermediate=self.intermediate,
-                             fc2_act_global_scale=prepared.args["meta"].get("fc2_act_global_scale"))
+        return reference_moe(operands, **self.reference_options(prepared))
 
 
 class FlashInferCutlassMoEW4A16(_FlashInferCutlassMoE):

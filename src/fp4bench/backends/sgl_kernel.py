@@ -6,8 +6,10 @@ Two hazards shape this module (backends.md sections 1 and 4):
   torch it fails to import (missing symbols), and a bad native import may take the process down.
   ``availability`` therefore imports it in a child process first (cached), and only then here.
 * Neither op has an architecture guard that saves an SM90: the dense op picks ``sm == 120 ?
-  sm120 : sm100`` and its sm_90 cubin is a trap stub. We gate on SM100/103/120 before any call;
-  SM103 is routed to the SM100 kernels by the library and flagged unverified.
+  sm120 : sm100`` and its sm_90 cubin is a trap stub. We gate on SM100/120 before any call.
+  SM103 (B300) would be routed to the SM100 kernels, but the wheel carries arch-specific
+  ``sm_100a``/``sm_120a`` cubins and no ``sm_103`` one (``a`` targets are not forward
+  compatible), so the launch would fail: SM103 is reported unsupported with that reason.
 
 The timed call is the registered op (``torch.ops.sgl_kernel.<op>.default``), i.e. the public
 Python wrapper minus its per-call ``torch.empty`` of the output, so that ``run`` allocates
@@ -32,8 +34,9 @@ from fp4bench.operands import Operands
 from fp4bench.workloads import CUTLASS_FP4_SM100
 from fp4bench.problems import GemmProblem, GroupedProblem, Problem
 
-SUPPORTED_SMS = frozenset({100, 103, 120})
-UNVERIFIED_SMS = frozenset({103})
+SUPPORTED_SMS = frozenset({100, 120})
+#: SMs the library would route to kernels the wheel has no cubin for
+NO_CUBIN = {103: "sgl_kernel's wheel has sm_100a/sm_120a cubins and no sm_103 one (B300 would fail at launch)"}
 DISTS = ("sgl-kernel", "sglang-kernel")
 #: torch release each sgl_kernel wheel was built for (its README; no Requires-Dist in the wheel).
 BUILT_FOR_TORCH = {"0.3.21": "2.9.1"}
@@ -75,7 +78,8 @@ class SglKernelAPI:
 
 def _import_reason(version: str | None, error: str) -> str:
     built = BUILT_FOR_TORCH.get(version or "")
-    tail = f" (built for torch {built})" if built else ""
+    tail = (f" (built for torch {built}: run the sgl rows in the sglang runner environment, "
+            f"docs/sglang-runner.md)") if built else ""
     return f"sgl_kernel {version or '?'} does not import under torch {torch.__version__}: {error}{tail}"
 
 
@@ -105,6 +109,8 @@ class _SglKernelBase(Backend):
 
     def availability(self, device: torch.device) -> Availability:
         info = _gating.device_info(device)
+        if info is not None and info.sm in NO_CUBIN:
+            return Availability.no(f"{info.describe()}: {NO_CUBIN[info.sm]}")
         reason = _gating.arch_reason(info, SUPPORTED_SMS)
         if reason:
             return Availability.no(reason)
@@ -120,11 +126,7 @@ class _SglKernelBase(Backend):
             except Exception as exc:  # the child imported it; report rather than crash if we cannot
                 return Availability.no(_import_reason(version, f"{type(exc).__name__}: {exc}".splitlines()[0]),
                                        version)
-        lib = self._library()
-        if info.sm in UNVERIFIED_SMS:
-            return Availability.yes(lib.version, f"available ({info.describe()} runs sgl_kernel's SM100 "
-                                                 "kernels; no sm_103 cubin: unverified)")
-        return Availability.yes(lib.version)
+        return Availability.yes(self._library().version)
 
     @staticmethod
     def _sm(device: torch.device) -> int | None:
@@ -149,7 +151,7 @@ class SglKernelDense(_SglKernelBase):
         assert isinstance(problem, GemmProblem)
         sm = self._sm(device)
         label = "auto" if sm is None else f"auto:{dense_tile(problem.m, sm)}"
-        return [Tactic(value=None, label=label)]
+        return [Tactic(value=None, label=label, default=True)]
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         self._check(problem)
@@ -197,7 +199,7 @@ class SglKernelGroup(_SglKernelBase):
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
         sm = self._sm(device)
-        return [Tactic(value=None, label="auto" if sm is None else f"auto:{group_tile(sm)}")]
+        return [Tactic(value=None, label="auto" if sm is None else f"auto:{group_tile(sm)}", default=True)]
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         self._check(problem)

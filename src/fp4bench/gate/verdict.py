@@ -92,6 +92,7 @@ TIMING = "timing"
 LOST_TACTIC = "lost tactic"
 NEW_TACTIC = "new tactic"
 DISPATCH = "dispatch"
+KERNEL_CHANGE = "kernel change"
 
 DISPATCH_POLICIES = ("report", "fail")
 
@@ -178,7 +179,7 @@ class Verdict:
         """One line that explains the verdict at a glance (pytest failure text, tables)."""
         tag = self.status.value if self.kind == TIMING else f"{self.status.value} ({self.kind})"
         head = f"{tag} {self.name}"
-        if self.kind in (LOST_TACTIC, NEW_TACTIC):
+        if self.kind in (LOST_TACTIC, NEW_TACTIC, KERNEL_CHANGE):
             return f"{head}: {self.reason}"
         if self.status is Status.MISSING:
             return f"{head}: in the baseline ({format_seconds(self.base_median)}) but not measured now"
@@ -382,6 +383,8 @@ def _decide(
         status, reason, improved = _timing_status(change, a, p_adj_slow, p_adj_fast, family, policy)
 
     kinds = _kernel_change(base_extra, new_extra)
+    if kinds is not None and new_extra.get("explicit_tactic"):
+        return _tactic_kernel_change(common, base_extra, new_extra, kinds, policy)
     kind = TIMING
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
@@ -402,6 +405,61 @@ def _decide(
         undecided=undecided,
         **common,
     )
+
+
+def _identity(extra: Mapping[str, Any]) -> str:
+    kernels = extra.get("kernels")
+    return ", ".join(map(str, kernels)) if kernels else str(extra.get("tactic_config") or "?")
+
+
+def _tactic_kernel_change(common: dict[str, Any], base_extra: Mapping[str, Any], new_extra: Mapping[str, Any],
+                          kinds: tuple[tuple[str, ...], tuple[str, ...]], policy: Policy) -> Verdict:
+    """An explicit tactic (a library's config index) that now runs another kernel: the library
+    re-ordered or replaced its configs, so the two timings belong to different kernels and are
+    not compared. Reported (INVALID: timing not judged); a FAIL under ``dispatch="fail"``."""
+    tactic = new_extra.get("tactic", "?")
+    reason = (f"tactic {tactic} now runs another kernel: {_identity(base_extra)} → {_identity(new_extra)}; "
+              "timings of different kernels are not compared")
+    status = Status.FAIL if policy.dispatch == "fail" else Status.INVALID
+    kept = {k: v for k, v in common.items() if k not in ("ratio", "p_value", "p_adjusted")}  # no Δ
+    return Verdict(status=status, kind=KERNEL_CHANGE, reason=reason, dispatch_changed=True,
+                   kernels_added=kinds[0], kernels_removed=kinds[1], **kept)
+
+
+def lost_kernel_verdicts(baseline: Baseline,
+                         current: Mapping[str, tuple[Sequence[float], Mapping[str, Any] | None]]) -> list[Verdict]:
+    """A kernel an explicit tactic ran in the baseline that no tactic of the same backend and
+    problem runs now is a lost tactic (FAIL), whatever index it had: the library dropped the
+    config. Where another index runs it now, the re-ordering is named on the kernel-change line
+    of the old index (``compare``). Only for backends and problems measured in both runs."""
+    now: dict[tuple[Any, Any], dict[str, str]] = {}
+    for _, (_, extra) in current.items():
+        extra = extra or {}
+        if extra.get("kernels"):
+            now.setdefault((extra.get("backend"), extra.get("problem")), {})[_identity(extra)] = extra.get("tactic")
+    out = []
+    for name, rec in baseline.benchmarks.items():
+        x = rec.extra_info
+        group = now.get((x.get("backend"), x.get("problem")))
+        if not x.get("explicit_tactic") or not x.get("kernels") or group is None:
+            continue
+        if _identity(x) not in group:
+            out.append(Verdict(name=name, status=Status.FAIL, kind=LOST_TACTIC, reason=(
+                f"tactic {x.get('tactic')} ran {_identity(x)} in the baseline; no tactic of {x.get('backend')} "
+                f"runs it now")))
+    return out
+
+
+def _moved_to(v: Verdict, base_extra: Mapping[str, Any],
+              current: Mapping[str, tuple[Sequence[float], Mapping[str, Any] | None]]) -> Verdict:
+    """Name the index that runs the baseline's kernel now (a re-ordered list)."""
+    old = _identity(base_extra)
+    for _, (_, extra) in current.items():
+        extra = extra or {}
+        if (extra.get("backend"), extra.get("problem")) == (base_extra.get("backend"), base_extra.get("problem")) \
+                and extra.get("kernels") and _identity(extra) == old:
+            return replace(v, reason=f"{v.reason}; its baseline kernel now runs as tactic {extra.get('tactic')}")
+    return v
 
 
 def _timing_status(
@@ -638,9 +696,12 @@ def compare(
             policy,
         )
 
+    for name, v in verdicts.items():
+        if v.kind == KERNEL_CHANGE:
+            verdicts[name] = _moved_to(v, baseline.benchmarks[name].extra_info, current)
     ordered = [verdicts[n] for n in baseline.benchmarks] + [
         verdicts[n] for n in current if n not in baseline.benchmarks
-    ]
+    ] + lost_kernel_verdicts(baseline, current)
     if availability_now is not None:
         ordered += availability_verdicts(baseline.availability, availability_now)
     return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint)

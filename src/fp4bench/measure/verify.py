@@ -58,10 +58,12 @@ class CheckResult:
         return d
 
 
-def gemm_error_bound(a: torch.Tensor, w: torch.Tensor, ref: torch.Tensor, k: int) -> torch.Tensor:
-    """Elementwise bound for one GEMM ``a @ w.T`` on decoded fp32 inputs (see module doc)."""
+def gemm_error_bound(a: torch.Tensor, w: torch.Tensor, ref: torch.Tensor, k: int, roundings: int = 1) -> torch.Tensor:
+    """Elementwise bound for one GEMM ``a @ w.T`` on decoded fp32 inputs (see module doc);
+    ``roundings`` bf16 roundings of the output (2 when the library scales a bf16 result again)."""
     mag = a.abs() @ w.abs().t()
-    return BF16_UNIT_ROUNDOFF * ref.abs() + k * FP32_UNIT_ROUNDOFF * mag + torch.finfo(torch.float32).tiny
+    r = (1 + BF16_UNIT_ROUNDOFF) ** roundings - 1
+    return r * ref.abs() + (1 + r) * k * FP32_UNIT_ROUNDOFF * mag + torch.finfo(torch.float32).tiny
 
 
 def sqnr_db(signal: torch.Tensor, approx: torch.Tensor) -> float:

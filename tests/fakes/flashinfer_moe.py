@@ -1,0 +1,165 @@
+"""Fake FlashInfer CUTLASS fused MoE for Blackwell NVFP4 (``cutlass_fused_moe``, 0.7.2.post1).
+
+Written from the library's binding and kernels, decoding with ``fakes.decode`` (not
+``fp4bench.formats``):
+
+* arguments (csrc/fused_moe/cutlass_backend/flashinfer_cutlass_fused_moe_binding.cu:1456-1545):
+  ``input`` uint8 ``[T, H/2]`` + ``input_sf`` (128x4 swizzled e4m3 bytes), weights int64 views
+  ``[E, 2I, H/16]`` / ``[E, H, I/16]``, six ``quant_scales`` (fc1 act global, fc1 weight block
+  int32 ``[E, 2I, H/64]``, fc1 global ``[E]`` = alpha, fc2 act global, fc2 weight block, fc2
+  global ``[E]``); a failed check raises ``FakeContractError`` ("Check failed: ..."), as
+  TVM-FFI's ``TVM_FFI_ICHECK`` does (a RuntimeError);
+* GEMM1 reads the fc1 rows *up first, gate second* (the gated activation takes the gate from
+  the second half), stores bf16; SwiGLU; the activation is re-quantized to NVFP4 with the fc2
+  act global scale (TRT-LLM ``cvt_warp_fp16_to_fp4``: block scale = e4m3(amax / 6 * gs),
+  values RNE to E2M1); GEMM2 times fc2 global, stores bf16; fp32 finalize; bf16 output;
+* profile ids ``[g1, g2]``: ``-1`` or ``[0, n1)`` / ``[n1, n1 + n2)`` (binding :716-719);
+  ``failing`` tactics raise TRT-LLM's per-tactic texts (moe_gemm_tma_ws_launcher.inl:755-773).
+
+``fault`` reproduces library/adapter disagreements for the simulated runs: ``gate_first``,
+``scales_linear``, ``ignore_global`` (alpha not applied), ``arg_check`` (a check our call fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from fakes.decode import E2M1_VALUES, FakeContractError, Misread, dequant, raw_bytes, read_scales
+
+_TACTIC_TEXT = {
+    "can_implement": "[TensorRT-LLM][ERROR] Assertion failed: Grouped GEMM kernel will fail for params. "
+                     "Error: Error Misaligned Operand",
+    "init": "[TensorRT-LLM][ERROR] Assertion failed: Failed to initialize cutlass TMA WS grouped gemm. "
+            "Error: Error Internal",
+}
+
+
+def check(cond: bool, msg: str) -> None:
+    """TVM-FFI ``TVM_FFI_ICHECK``: a RuntimeError starting ``Check failed``."""
+    if not cond:
+        raise FakeContractError(f"Check failed: {msg}")
+
+
+def e2m1_round(x: torch.Tensor) -> torch.Tensor:
+    """Nearest E2M1 value (ties to the even code), saturating at +-6."""
+    grid = torch.tensor(sorted(set(abs(v) for v in E2M1_VALUES)), dtype=torch.float32)  # 0 .. 6
+    mag = x.abs().clamp(max=6.0)
+    d = (mag[..., None] - grid).abs()
+    best = d.min(-1, keepdim=True).values
+    ties = d == best
+    codes = torch.arange(len(grid))
+    even = ties & (codes % 2 == 0)
+    idx = torch.where(even.any(-1), even.float().argmax(-1), ties.float().argmax(-1))
+    return grid[idx] * torch.sign(x)
+
+
+def requantize_nvfp4(x: torch.Tensor, gs: torch.Tensor) -> torch.Tensor:
+    """``x`` [R, C] -> its NVFP4 round trip with encode global scale ``gs`` (the kernel's requant)."""
+    r, c = x.shape
+    b = x.reshape(r, c // 16, 16)
+    sf = (b.abs().amax(-1) / 6.0 * gs).to(torch.float8_e4m3fn).to(torch.float32)
+    safe = torch.where(sf > 0, sf, torch.ones_like(sf))
+    q = e2m1_round(b * (gs / safe)[..., None])
+    return (q * (sf / gs)[..., None]).reshape(r, c)
+
+
+@dataclass
+class FakeMoERunner:
+    """``MoERunner(...).fused_moe_runner``: tactic counts, occupancy and shape validity."""
+
+    owner: "FakeFusedMoE"
+
+    def get_gemm1_tactic_count(self) -> int:
+        return self.owner.n1
+
+    def get_gemm2_tactic_count(self) -> int:
+        return self.owner.n2
+
+    def get_tactic_occupancy(self, t: int) -> int:
+        return 0 if self.owner.zero_occupancy is True or t in (self.owner.zero_occupancy or ()) else 2
+
+    def get_valid_tactics_for_shape(self, stage: int, n: int, k: int) -> list[int]:
+        lo, hi = (0, self.owner.n1) if stage == 1 else (self.owner.n1, self.owner.n1 + self.owner.n2)
+        return list(range(lo, hi))
+
+
+@dataclass
+class FakeFusedMoE:
+    """The fused-MoE entry points, Blackwell NVFP4 only; counts calls and logs launched kernels."""
+
+    n1: int = 4
+    n2: int = 4
+    failing: Mapping[int, str] = field(default_factory=dict)
+    zero_occupancy: object = ()  # True: every tactic reports 0 (an arch without the query)
+    fault: str | None = None
+    version: str = "0.7.2.post1"
+    calls: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+
+    def workspace_size(self, **kw: object) -> int:
+        check(kw.get("use_fused_finalize") is False or kw.get("use_fused_finalize") is None, "fused finalize")
+        return 1 << 12
+
+    def runner(self) -> FakeMoERunner:
+        return FakeMoERunner(self)
+
+    def cutlass_fused_moe(self, *, input, token_selected_experts, token_final_scales, fc1_expert_weights,
+                          fc2_expert_weights, output_dtype, quant_scales, output=None, input_sf=None,
+                          swizzled_input_sf=True, profile_ids=None, use_fused_finalize=True,
+                          workspace_buffer=None, **_: object) -> torch.Tensor:
+        self.calls.append(list(profile_ids) if profile_ids is not None else None)
+        check(input.dtype == torch.uint8 and input.dim() == 2, "input must be packed NVFP4 uint8 [T, H/2]")
+        check(fc1_expert_weights.dtype == torch.int64 and fc2_expert_weights.dtype == torch.int64,
+              "NVFP4 weights are passed as int64 views")
+        check(len(quant_scales) == 6, "Expecting 6 quant scales for nvfp4 quantization")
+        a_gs, s1, alpha1, gs2, s2, alpha2 = quant_scales
+        e, two_i = fc1_expert_weights.shape[0], fc1_expert_weights.shape[1]
+        h, inter = input.shape[1] * 2, two_i // 2
+        for name, t in (("fc1_act_global", a_gs), ("fc1_global", alpha1), ("fc2_act_global", gs2), ("fc2_global", alpha2)):
+            check(t.dtype == torch.float32, f"{name} must be float32")
+        check(s1.dtype == torch.int32 and s2.dtype == torch.int32 and s1.dim() == 3 and s2.dim() == 3,
+              "weight block scales must be int32 [E, rows, cols/4]")
+        check(tuple(s1.shape) == (e, two_i, h // 64), "fc1 weight block size must be (num_experts_on_rank, "
+              "inter_size * 2, hidden_size // 4 // block_scale_vector_size)")
+        check(alpha1.dim() == 1 and alpha1.shape[0] == e, "fc1 global size must be (num_experts_on_rank,)")
+        check(gs2.dim() == 0 or gs2.shape[0] == e, "fc2 act global must be scalar or (num_experts_on_rank,)")
+        check(input_sf is not None and swizzled_input_sf, "NVFP4 input needs its swizzled input_sf")
+        check(output is not None and output.dtype == output_dtype == torch.bfloat16 and
+              tuple(output.shape) == (input.shape[0], h), "output must be bf16 [T, H]")
+        if self.fault == "arg_check":
+            check(token_final_scales.dtype == torch.bfloat16, "token_final_scales must be bf16 for this build")
+        g1, g2 = profile_ids if profile_ids is not None else (-1, -1)
+        check(g1 == -1 or 0 <= g1 < self.n1, f"Invalid profile id: {g1}")
+        check(g2 == -1 or self.n1 <= g2 < self.n1 + self.n2, f"Invalid profile id: {g2}")
+        for t in (g1, g2):
+            if t in self.failing:
+                raise RuntimeError(_TACTIC_TEXT[self.failing[t]] + " (moe_gemm_tma_ws_launcher.inl:761)")
+        mis = Misread(scales_linear=self.fault == "scales_linear")
+        x = dequant(input, read_scales(input_sf, input.shape[0], h // 16, "e4m3", misread=mis), 16, mis)
+        w1b = raw_bytes(fc1_expert_weights.view(torch.uint8)).view(e, two_i, h // 2)
+        w2b = raw_bytes(fc2_expert_weights.view(torch.uint8)).view(e, h, inter // 2)
+        s1, s2 = s1.view(torch.uint8), s2.view(torch.uint8)
+        ids = token_selected_experts
+        out = torch.zeros(input.shape[0], h)
+        per1, per2 = s1.numel() // e, s2.numel() // e
+        for x_e in ids.unique().tolist():
+            tok, slot = (ids == x_e).nonzero(as_tuple=True)
+            w1 = dequant(w1b[x_e], read_scales(s1, two_i, h // 16, "e4m3", x_e * per1, mis), 16, mis.for_weights())
+            w2 = dequant(w2b[x_e], read_scales(s2, h, inter // 16, "e4m3", x_e * per2, mis), 16, mis.for_weights())
+            a1 = 1.0 if self.fault == "ignore_global" else alpha1[x_e]
+            y1 = ((x[tok] @ w1.T) * a1).to(torch.bfloat16).float()
+            up, gate = y1[:, :inter], y1[:, inter:]
+            if self.fault == "gate_first":
+                up, gate = gate, up
+            act = torch.nn.functional.silu(gate) * up
+            g = gs2 if gs2.dim() == 0 else gs2[x_e]
+            act = requantize_nvfp4(act, g.float())
+            a2 = 1.0 if self.fault == "ignore_global" else alpha2[x_e] * g  # alpha2 = 1/(gs2*gs_w2); act holds /gs2
+            y2 = ((act @ w2.T) * a2).to(torch.bfloat16).float()
+            out.index_add_(0, tok, y2 * token_final_scales[tok, slot][:, None])
+        output.copy_(out.to(torch.bfloat16))
+        self.kernels.append(f"cutlass_moe_nvfp4_gemm1_cfg{g1}_gemm2_cfg{g2}")
+        return output

@@ -1,0 +1,59 @@
+"""pytest plugin (test-only): run ``pytest bench`` on this CPU as if on a Blackwell GPU.
+
+Load with ``-p fp4sim`` with ``tests`` and ``tests/fakes/sim`` on ``PYTHONPATH``. What it
+replaces, and nothing else, is what a GPU would provide:
+
+* the device capability (``fp4bench.backends._gating.device_info``) and the CUDA version the
+  torch build reports (``torch.version.cuda``);
+* torch's FP4 ``_scaled_mm`` / ``_scaled_mm_v2`` ``out=`` kernels: CPU implementations from
+  ``fakes.torch_scaled_mm`` registered under the real aten op names;
+* the profiler's kernel names (``fp4bench.measure.kernels.kernel_names``): the kernels the fake
+  libraries launched during the call;
+* a tiny model ``sim-tiny`` (H 256, I 128, 8 experts, top-2, one shared expert: dense GEMMs) so a case takes milliseconds.
+
+``flashinfer`` and ``sgl_kernel`` themselves are the fake packages next to this file; the
+adapters import them through their normal code paths. The sweep, CaseRunner, verification,
+baseline and gate are fp4bench's own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import fp4sim_world as world
+from fp4bench.backends import _gating
+from fp4bench.measure import kernels as kernel_ids
+from fp4bench.models import catalog
+from fp4bench.models.moe_model import MoEModel
+
+_SRC = "[estimate] test-only simulated model"
+TINY = MoEModel(name="sim-tiny", hidden=256, moe_intermediate=128, num_experts=8, top_k=2, shared_experts=1,
+                shared_intermediate=128, moe_layers=1, num_layers=1, native_format="nvfp4",
+                sources={f: _SRC for f in ("hidden", "moe_intermediate", "num_experts", "top_k", "shared_experts",
+                                           "shared_intermediate", "moe_layers", "num_layers", "native_format")})
+_aten = torch.library.Library("aten", "IMPL")
+
+
+def _scaled_mm_out(a, b, scale_a, scale_b, *args, out, **kwargs):
+    return world.TORCH.scaled_mm_out(a, b, scale_a, scale_b, out)
+
+
+def _scaled_mm_v2_out(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, *args, out, **kwargs):
+    return world.TORCH.scaled_mm_v2_out(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, out)
+
+
+def _kernel_names(fn, **_: object) -> list[str]:
+    before = len(world.launched())
+    fn()
+    return sorted(set(world.launched()[before:]))
+
+
+def pytest_configure(config) -> None:
+    mp = pytest_monkeypatch = __import__("pytest").MonkeyPatch()
+    config.add_cleanup(pytest_monkeypatch.undo)
+    mp.setattr(_gating, "device_info", lambda device: world.GPU)
+    mp.setattr(torch.version, "cuda", "12.9")
+    mp.setattr(kernel_ids, "kernel_names", _kernel_names)
+    catalog._registry()[TINY.name] = TINY
+    _aten.impl("_scaled_mm.out", _scaled_mm_out, "CPU")
+    _aten.impl("_scaled_mm_v2.out", _scaled_mm_v2_out, "CPU")

@@ -1,0 +1,69 @@
+"""The simulated Blackwell machine of one test process, chosen by environment variables.
+
+``FP4SIM_GPU``      a name of ``fakes.arch.GPUS`` ("B200", "RTX PRO 6000", ...)
+``FP4SIM_FAULT``    one fault (module ``FAULTS``), or empty for correct libraries
+``FP4SIM_LIBRARY``  "" (FlashInfer 0.7.2.post1 as released), "reordered" (two configs swapped),
+                    "dropped" (one config removed): a simulated FlashInfer upgrade
+``FP4SIM_TORCH``    the torch the sgl_kernel wheel sees ("2.9.1": the sglang runner stack)
+
+One instance of each fake library per process; the fake packages and the ``fp4sim`` pytest
+plugin both read them from here.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fakes.arch import GPUS
+from fakes.decode import Misread
+from fakes.flashinfer import SM100_CONFIGS, SM120_CONFIGS, FakeFlashInfer
+from fakes.flashinfer_moe import FakeFusedMoE
+from fakes.sgl_kernel import FakeSglKernel
+from fakes.torch_scaled_mm import FakeTorchScaledMM
+from fp4bench.testing.faults import ZERO_BAND
+
+FAULTS = ("zero_band", "unswizzled_scales", "gate_up_swapped", "wrong_alpha", "can_implement", "arg_check")
+
+GPU = GPUS[os.environ.get("FP4SIM_GPU", "B200")]
+FAULT = os.environ.get("FP4SIM_FAULT", "")
+LIBRARY = os.environ.get("FP4SIM_LIBRARY", "")
+if FAULT and FAULT not in FAULTS:
+    raise ValueError(f"FP4SIM_FAULT={FAULT!r}: not one of {FAULTS}")
+
+_MIS = Misread(scales_linear=FAULT == "unswizzled_scales", ignore_global=FAULT == "wrong_alpha")
+#: the tactic index that throws ``can_implement`` under that fault (dense and MoE GEMM1)
+FAILING_TACTIC = 1
+#: configs of the simulated build: the first ``N_CONFIGS`` of the released list (few, to stay fast)
+N_CONFIGS = 4
+REORDERED = (1, 2)   # FP4SIM_LIBRARY=reordered swaps these two indices
+DROPPED = 2          # FP4SIM_LIBRARY=dropped removes this index
+
+
+def _configs(full: tuple[str, ...]) -> list[str]:
+    cfg = list(full[:N_CONFIGS])
+    if LIBRARY == "reordered":
+        i, j = REORDERED
+        cfg[i], cfg[j] = cfg[j], cfg[i]
+    elif LIBRARY == "dropped":
+        del cfg[DROPPED]
+    elif LIBRARY:
+        raise ValueError(f"FP4SIM_LIBRARY={LIBRARY!r}: use reordered or dropped")
+    return cfg
+
+
+DENSE = FakeFlashInfer(
+    failing={FAILING_TACTIC: "can_implement"} if FAULT == "can_implement" else {},
+    misread=_MIS, config_lists={"sm100": _configs(SM100_CONFIGS), "sm120": _configs(SM120_CONFIGS)},
+    reject="mat2Scale must be SF_DTYPE (uint8)" if FAULT == "arg_check" else None,
+    zero_band=ZERO_BAND if FAULT == "zero_band" else None)
+MOE = FakeFusedMoE(
+    failing={FAILING_TACTIC: "can_implement"} if FAULT == "can_implement" else {},
+    fault={"gate_up_swapped": "gate_first", "unswizzled_scales": "scales_linear", "wrong_alpha": "ignore_global",
+           "arg_check": "arg_check"}.get(FAULT))
+SGL = FakeSglKernel(sm=120 if GPU.major == 12 else 100, misread=_MIS)
+TORCH = FakeTorchScaledMM(misread=_MIS)
+
+
+def launched() -> list[str]:
+    """Kernel names launched so far by every fake (the simulated profiler's view)."""
+    return DENSE.kernels + MOE.kernels

@@ -1,0 +1,164 @@
+"""``pytest bench`` end to end on a simulated B200 (SM100) and RTX PRO 6000 (SM120), on CPU.
+
+The real user path -- plugin -> sweep -> CaseRunner -> verify -> baseline/gate -- runs in a
+child ``pytest bench`` with the fake ``flashinfer`` / ``sgl_kernel`` packages and the ``fp4sim``
+plugin (tests/fakes/sim: device capability, torch's FP4 ``_scaled_mm`` kernels, kernel names)
+on its path. Every Blackwell backend must PASS with correct libraries; each fault must end in
+its own named outcome, never PASS and never "unsupported" for a marshalling bug; a baseline
+from one simulated run gates a simulated FlashInfer upgrade that dropped or re-ordered configs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ROOT / "tests" / "fakes" / "sim"
+BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
+             "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4")
+QUICK = ["--fp4-models", "sim-tiny", "--fp4-time-budget", "0.02", "--fp4-min-samples", "5"]
+
+
+def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", library: str = "",
+          torch_seen: str = "2.9.1") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(SIM)]),
+               FP4SIM_GPU=gpu, FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen)
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
+           "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def outcomes(res: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
+    """test id -> (PASSED | FAILED | SKIPPED | ERROR, the one-line message) from ``-rA``."""
+    out = {}
+    for line in res.stdout.splitlines():
+        m = re.match(r"(PASSED|FAILED|ERROR) \S+::test_\w+\[(.+?)\](?: - (.*))?$", line)
+        if m:
+            out[m.group(2)] = (m.group(1), m.group(3) or "")
+            continue
+        m = re.match(r"SKIPPED \[\d+\] \S+: (.*)$", line)
+        if m:
+            out.setdefault("skips", ("SKIPPED", ""))
+            out[f"skip:{len(out)}"] = ("SKIPPED", m.group(1))
+    return out
+
+
+def of(res: subprocess.CompletedProcess, backend: str) -> dict[str, tuple[str, str]]:
+    return {k: v for k, v in outcomes(res).items() if k.startswith(f"{backend}-") and not k.startswith(f"{backend}-nvfp4")}
+
+
+@pytest.mark.parametrize("gpu", ["B200", "RTX PRO 6000"])
+def test_every_blackwell_backend_passes_with_correct_libraries(tmp_path, gpu):
+    res = bench(tmp_path, "--fp4-batches", "1", "--benchmark-disable", gpu=gpu)
+    assert res.returncode == 0, res.stdout[-3000:]
+    got = outcomes(res)
+    mxfp4_runs = gpu == "B200"  # torch gates MXFP4 to major 10
+    for b in BLACKWELL:
+        rows = of(res, b)
+        if b == "cublaslt-v2-mxfp4" and not mxfp4_runs:
+            assert not rows
+            continue
+        assert rows and all(s == "PASSED" for s, _ in rows.values()), (b, rows)
+    default = [k for k in got if k.startswith("flashinfer-cutlass-default-")]
+    assert default, "the quick run times the library's default (-1) row"
+
+
+FAULT_OUTCOMES = {
+    # fault: (backend, test status, text in the message)
+    "zero_band": ("flashinfer-cutlass", "FAILED", "all-zero output"),
+    "unswizzled_scales": ("sgl-kernel", "FAILED", "mismatch"),
+    "gate_up_swapped": ("flashinfer-cutlass-moe-nvfp4", "FAILED", "mismatch"),
+    "wrong_alpha": ("cublaslt-v2", "FAILED", "mismatch"),
+    "arg_check": ("flashinfer-cutlass-moe-nvfp4", "FAILED", "Check failed"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULT_OUTCOMES))
+def test_each_fault_ends_in_its_own_named_outcome(tmp_path, fault):
+    backend, status, text = FAULT_OUTCOMES[fault]
+    res = bench(tmp_path, "--fp4-batches", "64", "--fp4-backends", backend, "--fp4-kinds",
+                "moe" if "moe" in backend else "dense", "--benchmark-disable", fault=fault)
+    rows = of(res, backend)
+    assert rows, res.stdout[-3000:]
+    assert all(s == status for s, _ in rows.values()), rows
+    out = res.stdout
+    assert text in out and "unsupported" not in out.lower().split("short test summary")[-1], out[-3000:]
+    assert res.returncode == 1
+
+
+def test_a_tactic_throwing_can_implement_is_unsupported_with_the_librarys_reason(tmp_path):
+    res = bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass", "--fp4-kinds", "dense",
+                "--fp4-tactics", "all", "--benchmark-disable", fault="can_implement")
+    assert res.returncode == 0, res.stdout[-3000:]
+    skips = [m for s, m in outcomes(res).values() if s == "SKIPPED" and "unsupported" in m]
+    assert skips and all("t01: [FP4 gemm Runner] FP4 Gemm cutlass kernel will fail for params" in m for m in skips)
+    passed = [k for k, (s, _) in outcomes(res).items() if s == "PASSED"]
+    assert any(k.startswith("flashinfer-cutlass-t00-") for k in passed)
+
+
+def test_the_moe_tactic_throwing_can_implement_is_unsupported(tmp_path):
+    res = bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds",
+                "moe", "--fp4-tactics", "all", "--benchmark-disable", fault="can_implement")
+    assert res.returncode == 0, res.stdout[-3000:]
+    skips = [m for s, m in outcomes(res).values() if s == "SKIPPED" and "unsupported" in m]
+    assert len(skips) == 1 and "Grouped GEMM kernel will fail for params" in skips[0]
+
+
+def test_sglang_rows_need_the_sglang_runner_stack(tmp_path):
+    """Under the README's torch the sgl_kernel wheel does not import: both rows skip, naming why."""
+    res = bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "sgl-kernel,sgl-kernel-group",
+                "--benchmark-disable", torch_seen="2.13.0")
+    assert res.returncode == 0
+    skips = [m for s, m in outcomes(res).values() if s == "SKIPPED" and m.startswith("sgl-kernel")]
+    assert len(skips) == 2 and all("does not import under torch" in m and "built for torch 2.9.1" in m
+                                   and "sglang runner environment" in m for m in skips), skips
+
+
+def _fi_dense_all(tmp_path: Path, *args: str, library: str = "") -> subprocess.CompletedProcess:
+    return bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass", "--fp4-kinds", "dense",
+                 "--fp4-tactics", "all", *args, library=library)
+
+
+@pytest.fixture(scope="module")
+def sm100_baseline(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("sm100")
+    path = tmp / "base.json"
+    res = _fi_dense_all(tmp, "--fp4-save-baseline", str(path))
+    assert res.returncode == 0, res.stdout[-3000:]
+    data = json.loads(path.read_text())
+    kernels = {b["extra_info"]["tactic"]: b["extra_info"].get("kernels") for b in data["benchmarks"]}
+    assert all(kernels.values()), kernels  # every tactic's kernel is recorded with it
+    return path
+
+
+# Timing is not what these three runs test (tiny CPU cases on a shared machine): the floor
+# (999 %) and alpha are set so that only identity verdicts can fail them.
+def test_unchanged_library_passes_its_own_baseline(tmp_path, sm100_baseline):
+    res = _fi_dense_all(tmp_path, "--fp4-baseline", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "kernel change" not in res.stdout
+
+
+def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
+    res = _fi_dense_all(tmp_path, "--fp4-baseline", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12", library="dropped")
+    assert res.returncode == 1, res.stdout[-3000:]
+    lost = [ln for ln in res.stdout.splitlines() if "lost tactic" in ln]
+    assert any("t02" in ln and "no tactic of flashinfer-cutlass runs it now" in ln for ln in lost), res.stdout[-3000:]
+
+
+def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_baseline):
+    res = _fi_dense_all(tmp_path, "--fp4-baseline", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12", library="reordered")
+    assert res.returncode == 0, res.stdout[-3000:]
+    changed = [ln for ln in res.stdout.splitlines() if "now runs another kernel" in ln]
+    assert any("tactic t01 now runs another kernel" in ln and "now runs as tactic t02" in ln for ln in changed), \
+        res.stdout[-3000:]
+    assert any("tactic t02 now runs another kernel" in ln for ln in changed)
+    assert not [ln for ln in changed if re.search(r"[+-]\d+\.\d%", ln)]  # no Δ on these lines
+    assert "lost tactic" not in res.stdout
