@@ -134,3 +134,26 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
     else:
         run = Baseline(fp, {}, avail, dict(head.get("sweep") or {}), None, {}, str(p), raw)
     return LoggedRun(run, list(head.get("planned") or []), outcomes, complete, notes)
+
+
+def without_unreached(baseline: Baseline, logged: LoggedRun) -> Baseline:
+    """``baseline`` less the benchmarks the logged run never reached: those are reported as
+    not reached, not judged as MISSING (which would read as renamed or removed)."""
+    import dataclasses
+
+    skip = set(logged.not_reached)
+    return dataclasses.replace(baseline, benchmarks={k: v for k, v in baseline.benchmarks.items() if k not in skip})
+
+
+def unreached_report(logged: LoggedRun, baseline: Baseline) -> str:
+    """The lines a partial run adds under the verdict table."""
+    gone = logged.not_reached
+    if not logged.partial:
+        return ""
+    lines = ["", logged.describe()]
+    if gone:
+        in_base = [n for n in gone if n in baseline.benchmarks]
+        lines.append(f"NOT REACHED ({len(gone)}, {len(in_base)} of them in the baseline) — the run stopped "
+                     "before them; not judged:")
+        lines += [f"  {n}" for n in gone]
+    return "\n".join(lines)

@@ -49,9 +49,16 @@ def _log_path(config: pytest.Config) -> Path | None:
     return Path(str(json_path) + SUFFIX) if json_path is not None else None
 
 
+def _spec(item: pytest.Item):
+    """The item's ``CaseSpec``, or None (not an fp4bench case, or an empty parameter set)."""
+    from fp4bench.sweep import CaseSpec
+
+    spec = item.callspec.params.get("fp4_case") if hasattr(item, "callspec") else None
+    return spec if isinstance(spec, CaseSpec) else None
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    session.config.stash[_PLANNED] = [i.nodeid for i in session.items
-                                      if "fp4_case" in getattr(i, "fixturenames", ())]
+    session.config.stash[_PLANNED] = [i.nodeid for i in session.items if _spec(i) is not None]
 
 
 def _log(config: pytest.Config) -> LineLog | None:
@@ -75,10 +82,8 @@ def _log(config: pytest.Config) -> LineLog | None:
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     rep = outcome.get_result()
-    from fp4bench.sweep import CaseSpec
-
-    spec = item.callspec.params.get("fp4_case") if hasattr(item, "callspec") else None
-    if not isinstance(spec, CaseSpec) or not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
+    spec = _spec(item)
+    if spec is None or not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
         return
     log = _log(item.config)
     if log is None:
