@@ -110,6 +110,23 @@ class Child:
             t = time_cpu(fns, dataclasses.replace(cfg, mode="cpu"))
         return {"status": "measured", "reason": "", "timing": protocol.finite(dataclasses.asdict(t))}
 
+    def cases(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The sweep as this environment lists it (its libraries decide the tactics)."""
+        from fp4bench.backends.registry import all_backends
+        from fp4bench.sweep import SweepOptions, cases_for
+
+        opts = SweepOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in req["sweep"].items()})
+        specs = cases_for(opts, all_backends(), self.device)
+        versions = {}
+        for b in all_backends():
+            try:
+                versions[b.name] = b.availability(self.device).version
+            except Exception as exc:  # one broken backend must not hide the others' versions
+                versions[b.name] = f"availability() raised {type(exc).__name__}"
+        return {"status": "listed", "versions": versions,
+                "cases": [{"id": c.id, "case": protocol.encode_case(c.backend, c.problem, c.tactic.label),
+                           "skip_reason": c.skip_reason, "note": c.note} for c in specs]}
+
     def drop(self, req: dict[str, Any]) -> dict[str, Any]:
         self.runner.drop_prepared()
         self._calls = {}
@@ -120,7 +137,8 @@ class Child:
         from fp4bench.measure.health import context_health, looks_sticky
 
         op = req.get("op")
-        fn = {"run": self.run, "check": self.check, "time": self.time, "drop": self.drop}.get(op)
+        fn = {"run": self.run, "check": self.check, "time": self.time, "drop": self.drop,
+              "cases": self.cases}.get(op)
         if fn is None:
             return {"status": FAILED, "reason": f"worker: unknown request op {op!r}"}
         try:
