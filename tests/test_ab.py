@@ -63,7 +63,8 @@ def test_same_speed_passes_and_versions_that_differ_are_reported(slow_b):
 
 def test_a_slower_b_fails_only_where_it_is_slower():
     # 4x: a margin far beyond what a loaded shared 2-core CI machine does to the samples
-    run, _ = _run({"FAKE_SLOWDOWN": "3.0"}, pairs=4, samples=5)
+    # 10 ms calls: preemption slices on a loaded machine are small next to them
+    run, _ = _run({"FAKE_SLOWDOWN": "3.0", "FAKE_SPIN_S": "0.01"}, {"FAKE_SPIN_S": "0.01"}, pairs=4, samples=5)
     result = judge(run, Policy(floor=0.2))
     assert [v.status for v in result.verdicts] == [Status.FAIL, Status.FAIL], [v.message() for v in result.verdicts]
     assert all(v.pct > 20 for v in result.verdicts)  # +300 % spin; CPU contention can add more
@@ -79,6 +80,7 @@ def test_a_tactic_missing_on_b_is_a_lost_tactic_not_missing():
 
 def test_cli_ab_exit_codes_and_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", FAKES)
+    monkeypatch.setenv("FAKE_SPIN_S", "0.01")  # both workers inherit it
     out = tmp_path / "ab.json"
     common = ["--a", sys.executable, "--b", sys.executable, "--plugin", "ab_env",
               "--kinds", "dense", "--batches", "1", "--tp", "8", "--backends", "ab-spin", "--device", "cpu",
