@@ -25,7 +25,7 @@ def runner() -> CaseRunner:
 
 
 def test_all_fault_backends_are_cpu_dense_nvfp4():
-    assert set(BACKENDS) == {"fault-zero-band", "fault-unwritten", "fault-nan", "fault-bitflip"}
+    assert {"fault-zero-band", "fault-unwritten", "fault-nan", "fault-bitflip"} <= set(BACKENDS)
     for b in BACKENDS.values():
         assert b.availability(CPU).ok and b.kinds == {"dense"} and b.act_format == "nvfp4"
 

@@ -197,6 +197,12 @@ class CaseRunner:
         info.update(self._rates(problem, backend, timing.median_s))
         return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
 
+    def timed_calls(self, backend: Backend, problem: Problem, tactic: Tactic) -> list:
+        """The callables ``run`` times (rotating copies for a cold L2), for a caller that times
+        them in several short rounds (``fp4bench ab``) instead of one ``run``."""
+        ops = self.operands(problem, backend.act_format, backend.weight_format)
+        return self._rotating_calls(backend, problem, ops, self.prepared(backend, problem, ops), tactic)
+
     def _rotating_calls(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared,
                         tactic: Tactic) -> list:
         copies = 1

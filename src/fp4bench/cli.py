@@ -15,6 +15,7 @@ commands:
   env                          GPU, software stack and every backend with its availability reason
   compare BASE.json NEW.json   noise-aware regression verdict (exit 0 pass, 1 regression, 2 usage)
   baseline approve FILE        make a candidate run the approved baseline of its GPU model
+  ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]   interleaved A/B of two stacks on this GPU
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
 """
 
@@ -115,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fp4bench.cli_compare import compare_main
 
         return compare_main(rest)
+    if cmd == "ab":
+        from fp4bench.cli_ab import ab_main
+
+        return ab_main(rest)
     if cmd == "baseline":
         return _baseline(rest)
     if cmd == "workload":

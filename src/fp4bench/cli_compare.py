@@ -12,6 +12,7 @@ from typing import Sequence
 
 from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
 from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy, compare
+from fp4bench.linelog import is_line_log, read_line_log, unreached_report, without_unreached
 from fp4bench.report import verdict_table
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 no regression, 1 regression, 2 usage error / incompatible GPU / bad file",
     )
     ap.add_argument("base", help="baseline file (e.g. baselines/<gpu>/approved.json)")
-    ap.add_argument("new", help="current run's --benchmark-json file")
+    ap.add_argument("new", help="current run's --benchmark-json file, or its line log (*.lines.jsonl; "
+                                "a run killed part-way is judged on what it finished, marked partial)")
     ap.add_argument("--floor", type=_percent, default=d.floor * 100,
                     help="smallest slowdown that must fail, in %% (default %(default)g)")
     ap.add_argument("--drift", type=_percent, default=d.drift * 100,
@@ -101,8 +103,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        base = load_baseline(args.base)
-        new = load_baseline(args.new)
+        base = full_base = load_baseline(args.base)
+        logged = read_line_log(args.new) if is_line_log(args.new) else None
+        new = logged.run if logged is not None else load_baseline(args.new)
+        if logged is not None:
+            base = without_unreached(base, logged)
         result = compare(
             base,
             new.as_current(),
@@ -118,6 +123,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     _print_safely(verdict_table(result))
+    if logged is not None and logged.partial:
+        _print_safely(unreached_report(logged, full_base))
+        if logged.not_reached and not args.allow_missing:
+            _print_safely("a partial run cannot pass the gate (exit 1); --allow-missing judges only what it reached")
+            return EXIT_REGRESSION
     return EXIT_REGRESSION if result.exit_code else EXIT_OK
 
 

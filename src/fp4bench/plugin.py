@@ -58,6 +58,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="INVALID verdicts and too-few-samples cases do not fail the run (by default they do)")
     g.addoption("--fp4-fail-on-ambiguous", action="store_true", help="every AMBIGUOUS verdict fails the run too")
     g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
+    g.addoption("--fp4-isolate", action="store_true",
+                help="run each case in a worker process: a crash, hang or poisoned CUDA context costs one case")
+    g.addoption("--fp4-case-timeout", type=float, default=900.0,
+                help="with --fp4-isolate: seconds a case may take (JIT build included) before it is a hang")
+    g.addoption("--fp4-python", default=None, help="with --fp4-isolate: the worker's interpreter or venv")
+    g.addoption("--fp4-log", default=None,
+                help="append every finished case to this JSON-lines file as it finishes (default with "
+                     "--fp4-save-baseline: next to the JSON, *.lines.jsonl)")
+    g.addoption("--fp4-same-unit", action="store_true",
+                help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
 
 
 @dataclass
@@ -116,6 +126,10 @@ class Fp4Session:
         gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
         self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
                                  peaks=gpu_peaks)
+        if opt("fp4_isolate"):
+            from fp4bench.plugin_runlog import isolated_runner
+
+            self.runner = isolated_runner(self.config, self.runner, str(self.device))
         self.policy = Policy(floor=opt("fp4_floor") / 100.0, drift=opt("fp4_drift") / 100.0, alpha=opt("fp4_alpha"),
                              allow_missing=opt("fp4_allow_missing"), allow_ambiguous=opt("fp4_allow_ambiguous"),
                              fail_on_ambiguous=opt("fp4_fail_on_ambiguous"))
@@ -182,6 +196,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     config.stash[_KEY] = st = Fp4Session(config)
     _CONFIGS.append(config)
+    from fp4bench import plugin_runlog
+
+    config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
@@ -226,6 +243,10 @@ def _activate_baseline(st: Fp4Session, explicit: str | None) -> None:
         st.baseline = load_baseline(path)
         st.fingerprint_changes = check_compatible(st.baseline.fingerprint, st.fingerprint)
         check_same_measurement(st.baseline.sweep, st.measurement())
+        if st.config.getoption("fp4_same_unit"):
+            from fp4bench.gate.unit import require_same_unit
+
+            require_same_unit(st.baseline.fingerprint, st.fingerprint)
         st.policy = for_changes(st.policy, st.fingerprint_changes, st.baseline.fingerprint, st.fingerprint)
     except BaselineError as exc:
         raise pytest.UsageError(f"fp4bench baseline: {exc}") from None
@@ -474,25 +495,12 @@ def _without(baseline, nodeids: set[str]):
     return dataclasses.replace(baseline, benchmarks=keep)
 
 
-def _context_health(device) -> str:
-    """Run a small torch kernel after every case (and every skip) and check it: some FP4 entry
-    points poison the CUDA context instead of raising (backends.md §1). '' when healthy."""
-    import torch
-
-    try:
-        g = torch.Generator(device=device).manual_seed(1)
-        x = torch.randn(256, 256, device=device, generator=g)
-        ok = torch.allclose(x @ x, (x.double() @ x.double()).float(), rtol=1e-3, atol=1e-2)
-        torch.cuda.synchronize(device)
-        return "" if ok else "a 256x256 fp32 matmul returned a wrong result"
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
 def _check_health(st: Fp4Session) -> None:
     """Once per session, on CUDA: ``st.health`` = '' (healthy) or what broke."""
     if st.health is None and st.ready and st.device is not None and st.device.type == "cuda":
-        st.health = _context_health(st.device)
+        from fp4bench.measure.health import context_health
+
+        st.health = context_health(st.device)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

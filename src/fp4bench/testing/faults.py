@@ -7,10 +7,22 @@ must name exactly those cases ``all-zero output``.
 FlashInfer #2708/#2780); ``fault-nan`` writes one NaN; ``fault-bitflip`` perturbs one output
 element by 3 % (a plain mismatch).
 
+Process-level faults, for ``--fp4-isolate`` (cases in worker processes); in-process they take
+the whole run down, which is what they imitate:
+``fault-abort`` calls ``os.abort()`` (a library assert / fatal error); ``fault-hang`` never
+returns (a deadlocked kernel or a spin on a flag); ``fault-sticky`` poisons the CUDA context
+with a device-side assert (an out-of-range gather index trips the assert inside torch's index
+kernel: a trap, sticky like an illegal address, until the process exits). On a CPU-only
+machine ``fault-sticky`` raises the error text of that assert instead, so the harness path
+(detect, report, fresh worker) is testable without a GPU.
+
 Use: ``pytest bench --fp4-plugin fp4bench.testing.faults --fp4-backends fault-zero-band``.
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 import torch
 
@@ -70,4 +82,36 @@ class BitFlip(_Fault):
         out.view(-1)[i] = v * 1.03 if float(v) != 0 else 1.0
 
 
-BACKENDS = [ZeroBand(), Unwritten(), NaNOutput(), BitFlip()]
+class Abort(_Fault):
+    name = "fault-abort"
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        os.abort()
+
+
+class Hang(_Fault):
+    name = "fault-hang"
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        while True:
+            time.sleep(3600)
+
+
+SIMULATED_STICKY = "CUDA error: device-side assert triggered (simulated by fault-sticky on a CPU-only machine)"
+
+
+class Sticky(_Fault):
+    name = "fault-sticky"
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        out = prepared.out
+        if out.is_cuda:
+            src = torch.zeros(4, device=out.device)
+            bad = torch.full((1,), 1 << 20, dtype=torch.long, device=out.device)
+            src[bad] += 1  # index out of range: device-side assert, the context is poisoned
+            torch.cuda.synchronize(out.device)
+            return out
+        raise RuntimeError(SIMULATED_STICKY)
+
+
+BACKENDS = [ZeroBand(), Unwritten(), NaNOutput(), BitFlip(), Abort(), Hang(), Sticky()]

@@ -1,0 +1,159 @@
+"""The run's line log: every finished case on disk as soon as it finishes.
+
+A JSON-lines file: a ``header`` line (fingerprint, sweep, the planned benchmark names), one
+``case`` line per finished benchmark (samples, extra_info, availability entries), and an
+``end`` line when the run finished normally. Each line is written whole, flushed and fsync'd,
+so a run killed with SIGKILL leaves every finished case readable; only a last line cut mid-write
+can be lost, and the reader drops it with a note.
+
+``read_line_log`` turns the file into a ``Baseline`` (the shape ``fp4bench compare`` judges)
+and says which planned benchmarks were not reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fp4bench.env import Fingerprint
+from fp4bench.gate.baseline import Baseline, BaselineError, make_section, parse_baseline
+
+KIND = "fp4bench-line-log"
+SUFFIX = ".lines.jsonl"
+
+
+class LineLog:
+    """Appends lines to ``path``; each ``write`` is durable before it returns."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self.header_written = self.path.stat().st_size > 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def header(self, fingerprint: Fingerprint, sweep: dict | None, planned: list[str], **extra: Any) -> None:
+        self.write({"type": "header", "kind": KIND, "fingerprint": fingerprint.to_dict(), "sweep": sweep or {},
+                    "planned": list(planned), **extra})
+        self.header_written = True
+
+    def case(self, fullname: str, outcome: str, samples: list[float] | None = None,
+             extra_info: dict | None = None, availability: dict[str, str] | None = None, reason: str = "") -> None:
+        self.write({"type": "case", "fullname": fullname, "outcome": outcome, "reason": reason,
+                    "samples": list(samples or []), "extra_info": dict(extra_info or {}),
+                    "availability": dict(availability or {})})
+
+    def end(self, **info: Any) -> None:
+        self.write({"type": "end", **info})
+
+    def close(self) -> None:
+        self._f.close()
+
+
+@dataclass
+class LoggedRun:
+    """A line log read back: the measured cases as a ``Baseline`` and what is missing from it."""
+
+    run: Baseline
+    planned: list[str]
+    outcomes: dict[str, str]  # fullname -> passed / failed / skipped (every logged case)
+    complete: bool  # the ``end`` line is present
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def not_reached(self) -> list[str]:
+        return [n for n in self.planned if n not in self.outcomes]
+
+    @property
+    def partial(self) -> bool:
+        return not self.complete or bool(self.not_reached)
+
+    def describe(self) -> str:
+        state = "complete" if self.complete else "PARTIAL (the run ended without its end line: killed?)"
+        text = f"line log {self.run.source}: {state}; {len(self.outcomes)} of {len(self.planned)} planned cases logged"
+        return "\n".join([text] + [f"  note: {n}" for n in self.notes])
+
+
+def is_line_log(path: str | os.PathLike[str]) -> bool:
+    """True when the file's first line is a line-log header (whatever its name)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline()
+        return json.loads(first).get("kind") == KIND
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"cannot read line log {p}: {exc}") from None
+    records, notes = [], []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if i == len(lines) - 1:  # the write the kill interrupted
+                notes.append(f"last line {i + 1} is cut off (killed mid-write); ignored")
+                continue
+            raise BaselineError(f"line log {p}: line {i + 1} is not JSON: {exc}") from None
+    if not records or records[0].get("type") != "header" or records[0].get("kind") != KIND:
+        raise BaselineError(f"{p}: not an fp4bench line log (no header line)")
+    head = records[0]
+    benches, avail, outcomes = [], {}, {}
+    complete = False
+    for r in records[1:]:
+        if r.get("type") == "end":
+            complete = True
+        elif r.get("type") == "case":
+            if not isinstance(r.get("fullname"), str):
+                raise BaselineError(f"line log {p}: a case line without a fullname: {r!r:.200}")
+            outcomes[r["fullname"]] = r.get("outcome", "")
+            avail.update(r.get("availability") or {})
+            if r.get("samples"):
+                benches.append({"fullname": r["fullname"], "name": r["fullname"].rsplit("::", 1)[-1],
+                                "stats": {"data": r["samples"]}, "extra_info": r.get("extra_info") or {}})
+    try:
+        fp = Fingerprint.from_dict(head.get("fingerprint"))
+    except (TypeError, ValueError) as exc:
+        raise BaselineError(f"line log {p}: bad fingerprint: {exc}") from None
+    raw = {"benchmarks": benches, "fp4bench": make_section(fp, avail, head.get("sweep"), clean=None)}
+    if benches:  # the same validation as a baseline file (samples finite, names unique)
+        run = parse_baseline(raw, source=str(p))
+    else:
+        run = Baseline(fp, {}, avail, dict(head.get("sweep") or {}), None, {}, str(p), raw)
+    return LoggedRun(run, list(head.get("planned") or []), outcomes, complete, notes)
+
+
+def without_unreached(baseline: Baseline, logged: LoggedRun) -> Baseline:
+    """``baseline`` less the benchmarks the logged run never reached: those are reported as
+    not reached, not judged as MISSING (which would read as renamed or removed)."""
+    import dataclasses
+
+    skip = set(logged.not_reached)
+    return dataclasses.replace(baseline, benchmarks={k: v for k, v in baseline.benchmarks.items() if k not in skip})
+
+
+def unreached_report(logged: LoggedRun, baseline: Baseline) -> str:
+    """The lines a partial run adds under the verdict table."""
+    gone = logged.not_reached
+    if not logged.partial:
+        return ""
+    lines = ["", logged.describe()]
+    if gone:
+        in_base = [n for n in gone if n in baseline.benchmarks]
+        lines.append(f"NOT REACHED ({len(gone)}, {len(in_base)} of them in the baseline) — the run stopped "
+                     "before them; not judged:")
+        lines += [f"  {n}" for n in gone]
+    return "\n".join(lines)

@@ -1,0 +1,3 @@
+from fp4bench.worker.child import main
+
+raise SystemExit(main())

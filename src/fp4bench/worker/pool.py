@@ -1,0 +1,174 @@
+"""The parent side: one worker process, watched; a lost worker costs only the case it ran.
+
+``Worker.request`` answers a request or raises ``WorkerLost`` naming what happened: the process
+died (signal or exit code: ``os.abort()`` is SIGABRT, a segfault SIGSEGV), it hung past the
+per-request timeout (then it is killed), or it reported a poisoned CUDA context (then it exits
+by itself). The next request starts a fresh process. ``IsolatedRunner`` has ``CaseRunner``'s
+``run``/``drop_prepared`` interface, so the pytest plugin uses either without knowing which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fp4bench.worker import protocol
+
+#: the directory holding the ``fp4bench`` package this parent runs: put first on the child's
+#: PYTHONPATH so both sides of a comparison run the same harness code over their own stack
+SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class WorkerLost(RuntimeError):
+    """The worker died, hung or poisoned its CUDA context while answering a request."""
+
+
+def interpreter(path_or_venv: str) -> str:
+    """A Python interpreter from ``python3``, ``/path/to/python`` or a venv directory."""
+    p = Path(path_or_venv)
+    if p.is_dir():
+        for cand in (p / "bin" / "python", p / "bin" / "python3", p / "Scripts" / "python.exe"):
+            if cand.is_file():
+                return str(cand)
+        raise ValueError(f"{path_or_venv}: a directory without bin/python (not a virtual environment)")
+    if p.is_file():
+        return str(p)
+    import shutil
+
+    found = shutil.which(path_or_venv)
+    if found is None:
+        raise ValueError(f"{path_or_venv}: neither a Python interpreter nor a virtual environment")
+    return found
+
+
+def describe_exit(rc: int | None) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        why = {"SIGABRT": "abort", "SIGSEGV": "segmentation fault", "SIGKILL": "killed",
+               "SIGBUS": "bus error", "SIGFPE": "arithmetic fault"}.get(name, "signal")
+        return f"killed by {name} ({why})"
+    return f"exited with status {rc}"
+
+
+@dataclass
+class WorkerSpec:
+    """How to start a worker: interpreter, extra environment, init message, timeouts."""
+
+    python: str = sys.executable
+    env: dict[str, str] = field(default_factory=dict)
+    init: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 900.0  # per request: a case (JIT build included) that takes longer is a hang
+    start_timeout_s: float = 300.0
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, label: str = "worker"):
+        self.spec, self.label = spec, label
+        self.proc: subprocess.Popen | None = None
+        self.ready: dict[str, Any] | None = None
+        self.starts = 0
+        self._lines: queue.Queue = queue.Queue()
+
+    def _reader(self, stream) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put(None)  # EOF: the process is gone
+
+    def start(self) -> dict[str, Any]:
+        env = dict(os.environ)
+        env.update(self.spec.env)
+        env["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+        self.proc = subprocess.Popen([self.spec.python, "-m", "fp4bench.worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self.starts += 1
+        self._lines = queue.Queue()
+        threading.Thread(target=self._reader, args=(self.proc.stdout,), daemon=True).start()
+        self.ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
+        return self.ready
+
+    def _exchange(self, msg: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(protocol.dumps(msg))
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # dead already: the reader reports EOF below
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
+        if line is None:
+            rc = self.proc.wait()
+            self.proc = None
+            raise WorkerLost(f"{self.label} process died during {what}: {describe_exit(rc)}")
+        return json.loads(line)
+
+    def request(self, msg: dict[str, Any], what: str = "") -> dict[str, Any]:
+        if self.proc is None:
+            self.start()
+        reply = self._exchange(msg, self.spec.timeout_s, what or msg.get("op", "request"))
+        if reply.get("fatal"):
+            self.close()  # exits by itself after a fatal reply
+        return reply
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+        self.proc = None
+
+
+class IsolatedRunner:
+    """``CaseRunner``'s interface over a worker process (``pytest --fp4-isolate``)."""
+
+    def __init__(self, spec: WorkerSpec):
+        self.worker = Worker(spec)
+
+    def run(self, backend, problem, tactic, *, measure: bool = True):
+        from fp4bench.case import FAILED, CaseResult
+
+        case = protocol.encode_case(backend.name, problem, tactic.label)
+        try:
+            reply = self.worker.request({"op": "run", "case": case, "measure": measure}, f"case {problem.id}")
+        except WorkerLost as exc:
+            return CaseResult(FAILED, str(exc), extra_info={"isolation": str(exc)})
+        return protocol.decode_result(reply)
+
+    def drop_prepared(self) -> None:
+        if self.worker.proc is not None:
+            try:
+                self.worker.request({"op": "drop"})
+            except WorkerLost:
+                pass  # the next run starts a fresh worker anyway
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def timing_init(timing) -> dict[str, Any]:
+    """A ``TimingConfig`` as the init message carries it."""
+    return asdict(timing)

@@ -1,0 +1,42 @@
+"""A fake "environment" for ``fp4bench ab`` tests: one dense backend whose behaviour is set by
+the worker's environment variables, so two workers on the same interpreter act as two stacks.
+
+``ab-spin`` writes the real bf16 product (computed once, then copied: the correctness check
+passes and the matmul's CPU-load-dependent time stays out of the way) and then busy-waits
+``FAKE_SPIN_S`` (default 2 ms) times ``1 + FAKE_SLOWDOWN``: a fixed, machine-load-independent
+call time. ``FAKE_VERSION`` is its reported version; ``FAKE_TACTICS`` the labels it lists.
+"""
+
+import os
+import time
+
+import torch
+
+from fp4bench.backends.base import Availability, Tactic
+from fp4bench.backends.torch_bf16 import TorchBF16
+
+
+class AbSpin(TorchBF16):
+    name = "ab-spin"
+    kinds = frozenset({"dense"})
+
+    def availability(self, device: torch.device) -> Availability:
+        return Availability.yes(os.environ.get("FAKE_VERSION", "1.0"), "fake environment")
+
+    def tactics(self, problem, device):
+        labels = os.environ.get("FAKE_TACTICS", "t0").split(",")
+        return [Tactic(label, label) for label in labels]
+
+    def run(self, prepared, tactic):
+        if "product" not in prepared.args:
+            prepared.args["product"] = super().run(prepared, tactic).clone()
+        out = prepared.out
+        out.copy_(prepared.args["product"])
+        spin = float(os.environ.get("FAKE_SPIN_S", "0.002")) * (1 + float(os.environ.get("FAKE_SLOWDOWN", "0")))
+        t = time.perf_counter()
+        while time.perf_counter() - t < spin:
+            pass
+        return out
+
+
+BACKENDS = [AbSpin()]

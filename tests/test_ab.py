@@ -1,0 +1,93 @@
+"""``fp4bench ab`` on CPU with two fake environments: the same interpreter twice, made
+different by environment variables read by the ``ab-spin`` backend (tests/fakes/ab_env.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fp4bench.ab.judge import judge, to_json
+from fp4bench.ab.run import AbConfig, AbRunner, Side
+from fp4bench.ab.schedule import abba
+from fp4bench.cli_ab import ab_main
+from fp4bench.gate.verdict import Policy, Status
+from fp4bench.sweep import SweepOptions
+
+FAKES = str(Path(__file__).parent / "fakes")
+SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
+                     tactics="all")
+
+
+def test_abba_puts_each_side_first_in_half_the_pairs():
+    assert abba(1) == ["A", "B"]
+    assert abba(4) == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    with pytest.raises(ValueError, match="at least one round"):
+        abba(0)
+
+
+def _run(env_b: dict, env_a: dict | None = None, pairs: int = 4, samples: int = 4):
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, **(env_a or {})})
+    b = Side(a.python, {"PYTHONPATH": FAKES, **env_b})
+    lines: list[str] = []
+    runner = AbRunner(a, b, AbConfig(sweep=SWEEP, device="cpu", pairs=pairs, round_samples=samples,
+                                     timeout_s=60, plugins=("ab_env",)), progress=lines.append)
+    return runner.run(), lines
+
+
+@pytest.fixture(scope="module")
+def slow_b():
+    """Same speed on both sides, two tactics; B reports another version."""
+    return _run({"FAKE_VERSION": "2.0", "FAKE_TACTICS": "t0,t1"}, {"FAKE_TACTICS": "t0,t1"})
+
+
+def test_rounds_alternate_abba_and_both_sides_get_equal_samples(slow_b):
+    run, lines = slow_b
+    assert len(run.pairs) == 4  # 2 problems x 2 tactics
+    for p in run.pairs:
+        assert "".join(p.order) == "ABBAABBA"
+        assert len(p.a.samples) == len(p.b.samples) == 16
+        assert p.a.digest == p.b.digest and p.a.digest
+    assert any("prepared + checked" in line for line in lines)
+
+
+def test_same_speed_passes_and_versions_that_differ_are_reported(slow_b):
+    run, _ = slow_b
+    result = judge(run, Policy(floor=0.2))
+    assert result.exit_code == 0, [v.message() for v in result.verdicts]
+    js = to_json(run, result)
+    assert {(r["a_version"], r["b_version"]) for r in js["benchmarks"]} == {("1.0", "2.0")}
+
+
+def test_a_slower_b_fails_only_where_it_is_slower():
+    # 4x: a margin far beyond what a loaded shared 2-core CI machine does to the samples
+    # 10 ms calls: preemption slices on a loaded machine are small next to them
+    run, _ = _run({"FAKE_SLOWDOWN": "3.0", "FAKE_SPIN_S": "0.01"}, {"FAKE_SPIN_S": "0.01"}, pairs=4, samples=5)
+    result = judge(run, Policy(floor=0.2))
+    assert [v.status for v in result.verdicts] == [Status.FAIL, Status.FAIL], [v.message() for v in result.verdicts]
+    assert all(v.pct > 20 for v in result.verdicts)  # +300 % spin; CPU contention can add more
+
+
+def test_a_tactic_missing_on_b_is_a_lost_tactic_not_missing():
+    run, _ = _run({"FAKE_TACTICS": "t0"}, {"FAKE_TACTICS": "t0,t1"}, pairs=1, samples=3)
+    result = judge(run, Policy(floor=0.5, min_samples=3))
+    lost = [v for v in result.verdicts if v.kind == "lost tactic"]
+    assert len(lost) == 2 and all(v.status is Status.FAIL and "-t1-" in v.name for v in lost)
+    assert not result.by_status(Status.MISSING)
+
+
+def test_cli_ab_exit_codes_and_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", FAKES)
+    monkeypatch.setenv("FAKE_SPIN_S", "0.01")  # both workers inherit it
+    out = tmp_path / "ab.json"
+    common = ["--a", sys.executable, "--b", sys.executable, "--plugin", "ab_env",
+              "--kinds", "dense", "--batches", "1", "--tp", "8", "--backends", "ab-spin", "--device", "cpu",
+              "--rounds", "4", "--round-samples", "5", "--floor", "20"]
+    assert ab_main(common + ["--b-env", "FAKE_SLOWDOWN=3", "--json", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL" in text and "ABBA" in out.read_text()
+    assert json.loads(out.read_text())["counts"]["FAIL"] == 2
+    assert ab_main(common + ["--rounds", "0"]) == 2
+    assert "need --rounds >= 1" in capsys.readouterr().err
