@@ -302,8 +302,9 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     base = _baseline_record(st, fullname)
     backend = get_backend(spec.backend)
     key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
-    if spec.skip_reason:
-        res_status, reason = SKIPPED, spec.skip_reason
+    jit = _jit_reason(st, spec.backend)
+    if spec.skip_reason or jit:
+        res_status, reason = SKIPPED, spec.skip_reason or jit
         res = None
     else:
         res = st.runner.run(backend, spec.problem, spec.tactic, measure=not getattr(benchmark, "disabled", False))
@@ -336,6 +337,17 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     if st.baseline is not None:
         _gate(request, benchmark, st, spec, backend, base, fullname, res)
     return res
+
+
+def _jit_reason(st: Fp4Session, backend: str) -> str:
+    """Skip (naming ``fp4bench prepare``) rather than JIT-compile FlashInfer for minutes in a test."""
+    if st.device is None or st.device.type != "cuda":
+        return ""
+    import torch
+
+    from fp4bench.jit_cache import unbuilt_reason
+
+    return unbuilt_reason(backend, tuple(torch.cuda.get_device_capability(st.device)))
 
 
 def _row(spec, res) -> dict:
