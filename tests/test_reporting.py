@@ -69,7 +69,7 @@ def test_report_of_the_committed_h200_baseline(tmp_path):
     raw = json.loads(APPROVED.read_text())
     glm = [b for b in raw["benchmarks"] if b["extra_info"]["problem"].startswith("glm-5") and b["extra_info"]["kind"] == "moe"]
     best = min(glm, key=lambda b: np.median(b["stats"]["data"]))
-    assert f"| flashinfer-cutlass-moe | glm-5 moe | 64 |" in md
+    assert "| flashinfer-cutlass-moe | glm-5 moe | 64 |" in md
     assert best["extra_info"]["tactic"] in md
     refused = sum(1 for v in raw["fp4bench"]["availability"].values() if v != "ok")
     assert f"{refused} tactics the library refused" in md

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fp4-alpha", type=float, default=0.05, help="family-wise significance level")
     g.addoption("--fp4-allow-missing", action="store_true", help="baseline benchmarks not run are not a failure")
     g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
+    g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON")
+    g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case")
 
 
 @dataclass
@@ -171,9 +171,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_KEY] = st = Fp4Session(config)
     _CONFIGS.append(config)
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
+    if hasattr(config.option, "benchmark_save_data"):
+        config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
-    if compare is True or explicit:
+    if compare and compare is not True and not explicit:
+        explicit = str(_compare_target(config, str(compare)))  # --benchmark-compare=<id|path> gates too
+    if compare or explicit:
         _activate_baseline(st, explicit)
     save = config.getoption("fp4_save_baseline")
     if save:
@@ -210,8 +214,29 @@ def _route_json(st: Fp4Session, save: str) -> None:
     import pytest_benchmark
 
     major_minor = tuple(int(x) for x in pytest_benchmark.__version__.split(".")[:2])
-    st.config.option.benchmark_json = path if major_minor >= (5, 3) else open(path, "wb")
+    if st.config.getoption("benchmark_json", default=None) is None:
+        st.config.option.benchmark_json = path if major_minor >= (5, 3) else open(path, "wb")
+    else:  # the user's --benchmark-json stays; the candidate is written beside it (update_json hook)
+        st.config.stash[_COPY_TO] = path
     st.config.stash[_JSON_PATH] = path
+
+
+_COPY_TO = pytest.StashKey[Path]()
+
+
+def _compare_target(config: pytest.Config, value: str) -> Path:
+    """A file path, or a pytest-benchmark run id/number in --benchmark-storage (as its own compare)."""
+    if Path(value).is_file():
+        return Path(value)
+    storage = str(config.getoption("benchmark_storage", default="file://./.benchmarks"))
+    root = Path(storage[len("file://"):] if storage.startswith("file://") else storage)
+    key = value.zfill(4) if value.isdigit() else value
+    hits = sorted(p for p in root.glob("*/*.json") if p.name.startswith(key) or f"_{key}" in p.name)
+    if len(hits) != 1:
+        found = "none" if not hits else ", ".join(str(h) for h in hits[:5])
+        raise pytest.UsageError(f"fp4bench: --benchmark-compare={value}: not a file, and run ids in {root} "
+                                f"matching it: {found} (need exactly one)")
+    return hits[0]
 
 
 _JSON_PATH = pytest.StashKey[Path]()
@@ -411,6 +436,11 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     output_json["fp4bench"] = make_section(st.fingerprint, st.availability,
                                            st.sweep.to_dict() if st.sweep else None,
                                            clean=clean, verdicts=verdicts)
+    copy_to = config.stash.get(_COPY_TO, None)
+    if copy_to is not None:
+        from fp4bench.gate.baseline import write_baseline
+
+        write_baseline(output_json, copy_to)
 
 
 def _final_compare(st: Fp4Session):
@@ -477,6 +507,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if st.baseline is not None:
         tr.section(f"fp4bench verdict vs {st.baseline_path}")
         tr.write_line(verdict_table(_final_compare(st)))
+    from fp4bench.plugin_outputs import write_outputs
+
+    write_outputs(st, _final_compare(st) if st.baseline is not None else None, tr.write_line)
     path = config.stash.get(_JSON_PATH, None)
     if path is not None:
         tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
