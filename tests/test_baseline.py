@@ -107,7 +107,9 @@ def test_real_pytest_benchmark_json_loads(tmp_path):
             benchmark.pedantic(sum, args=(range(n),), rounds=6, iterations=1)
     """))
     out = tmp_path / "out.json"
-    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    # an xdist worker's variables would make the child's pytest-benchmark think it is a worker too
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "pytest_benchmark.plugin", "-p", "no:cacheprovider",
          "test_tiny.py", f"--benchmark-json={out}"],

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from fp4bench.backends.base import Availability, Backend, Prepared, Tactic, TacticUnsupported
+from fp4bench.backends.base import Availability, Prepared, Tactic, TacticUnsupported
 from fp4bench.backends.registry import get_backend
 from fp4bench.backends.torch_reference import TorchReference
 from fp4bench.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED, CaseRunner

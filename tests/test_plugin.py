@@ -27,7 +27,7 @@ import fp4bench.measure.peaks  # noqa: F401
 import fp4bench.report  # noqa: F401
 import fp4bench.sweep  # noqa: F401
 import fp4bench.testing.faults  # noqa: F401
-from _benchjson import H200, bench_entry, bench_json, write
+from _benchjson import H200, bench_entry, bench_json
 from fp4bench.backends import registry
 from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.torch_bf16 import TorchBF16

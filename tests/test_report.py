@@ -32,7 +32,7 @@ def test_verdict_table_order_and_sections():
     text = verdict_table(_result())
     lines = text.splitlines()
     assert "what changed: driver 580.1 → 590.2; torch 2.11.0 → 2.12.0" in text
-    rule = next(i for i, l in enumerate(lines) if l.startswith("-------"))
+    rule = next(i for i, ln in enumerate(lines) if ln.startswith("-------"))
     header = lines[rule - 1].split()
     assert header[:6] == ["verdict", "benchmark", "base", "now", "Δ", "p_adj"]
     rows = lines[rule + 1: rule + 7]

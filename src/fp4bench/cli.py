@@ -17,6 +17,9 @@ commands:
   baseline approve FILE        make a candidate run the approved baseline of its GPU model
   ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]   interleaved A/B of two stacks on this GPU
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
+  shapes [--model M] [--batch B] [--gpu NAME]      per-role M, N, K, tokens/expert, FLOP/byte, ridge point
+  report RESULTS... --out DIR [--baseline BASE]   markdown + PNG plots of saved runs
+  prepare [--backends ...]                         build FlashInfer's JIT modules before a run
 """
 
 
@@ -104,6 +107,11 @@ def _workload(argv: Sequence[str]) -> int:
     return 0
 
 
+#: subcommands that live in their own module: name -> (module, entry function)
+_MORE = {"shapes": ("fp4bench.cli_shapes", "shapes_main"), "report": ("fp4bench.cli_report", "report_main"),
+         "prepare": ("fp4bench.cli_prepare", "prepare_main")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -124,5 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _baseline(rest)
     if cmd == "workload":
         return _workload(rest)
+    if cmd in _MORE:
+        module, func = _MORE[cmd]
+        return getattr(__import__(module, fromlist=[func]), func)(rest)
     print(f"fp4bench: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
     return 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
@@ -77,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="INVALID verdicts and too-few-samples benchmarks do not fail the gate (they do by default)")
     ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch,
                     help="kernel-set change: report it or fail (default %(default)s)")
+    ap.add_argument("--json", metavar="PATH", default=None,
+                    help="also write the verdict as JSON ('-': print it instead of the table)")
+    ap.add_argument("--markdown", metavar="PATH", default=None,
+                    help="also write a markdown verdict, FAIL/MISSING first ('-': print it instead of the table); "
+                         "with $GITHUB_STEP_SUMMARY set it is appended there in any case")
     return ap
 
 
@@ -122,13 +128,30 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # BaselineError, or bad values inside a file (e.g. noise_floor)
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    _print_safely(verdict_table(result))
+    emit_outputs(result, args.base, args.json, args.markdown)
     if logged is not None and logged.partial:
         _print_safely(unreached_report(logged, full_base))
         if logged.not_reached and not args.allow_missing:
             _print_safely("a partial run cannot pass the gate (exit 1); --allow-missing judges only what it reached")
             return EXIT_REGRESSION
     return EXIT_REGRESSION if result.exit_code else EXIT_OK
+
+
+def emit_outputs(result, base: str, json_path: str | None, md_path: str | None) -> None:
+    """The table on stdout (unless JSON or markdown goes there), the optional files, the job summary."""
+    import json
+
+    from fp4bench.reporting.machine import verdict_json, verdict_markdown, write_step_summary
+
+    md = verdict_markdown(result, baseline=base)
+    if json_path is not None:
+        text = json.dumps(verdict_json(result, baseline=base), indent=1)
+        _print_safely(text) if json_path == "-" else Path(json_path).write_text(text + "\n")
+    if md_path is not None:
+        _print_safely(md) if md_path == "-" else Path(md_path).write_text(md)
+    if "-" not in (json_path, md_path):
+        _print_safely(verdict_table(result))
+    write_step_summary(md)
 
 
 if __name__ == "__main__":

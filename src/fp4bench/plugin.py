@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +66,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "--fp4-save-baseline: next to the JSON, *.lines.jsonl)")
     g.addoption("--fp4-same-unit", action="store_true",
                 help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
+    g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON")
+    g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case")
 
 
 @dataclass
@@ -200,12 +200,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
+    if hasattr(config.option, "benchmark_save_data"):
+        config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
     # pytest-xdist workers neither write the JSON nor gate; the controller does
     save = None if hasattr(config, "workerinput") else _save_option(config)
     try:
-        if compare is True or explicit:
+        if compare and compare is not True and not explicit:
+            explicit = str(_compare_target(config, str(compare)))  # --benchmark-compare=<id|path> gates too
+        if compare or explicit:
             _activate_baseline(st, explicit)
         if save:
             _route_json(st, save)
@@ -269,8 +273,29 @@ def _route_json(st: Fp4Session, save: str) -> None:
 
     part = partial_path(path)
     major_minor = tuple(int(x) for x in pytest_benchmark.__version__.split(".")[:2])
-    st.config.option.benchmark_json = part if major_minor >= (5, 3) else open(part, "wb")
+    if st.config.getoption("benchmark_json", default=None) is None:
+        st.config.option.benchmark_json = part if major_minor >= (5, 3) else open(part, "wb")
+    else:  # the user's --benchmark-json stays; the candidate is written beside it (update_json hook)
+        st.config.stash[_COPY_TO] = path
     st.config.stash[_JSON_PATH] = path
+
+
+_COPY_TO = pytest.StashKey[Path]()
+
+
+def _compare_target(config: pytest.Config, value: str) -> Path:
+    """A file path, or a pytest-benchmark run id/number in --benchmark-storage (as its own compare)."""
+    if Path(value).is_file():
+        return Path(value)
+    storage = str(config.getoption("benchmark_storage", default="file://./.benchmarks"))
+    root = Path(storage[len("file://"):] if storage.startswith("file://") else storage)
+    key = value.zfill(4) if value.isdigit() else value
+    hits = sorted(p for p in root.glob("*/*.json") if p.name.startswith(key) or f"_{key}" in p.name)
+    if len(hits) != 1:
+        found = "none" if not hits else ", ".join(str(h) for h in hits[:5])
+        raise pytest.UsageError(f"fp4bench: --benchmark-compare={value}: not a file, and run ids in {root} "
+                                f"matching it: {found} (need exactly one)")
+    return hits[0]
 
 
 _JSON_PATH = pytest.StashKey[Path]()
@@ -365,8 +390,9 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     base = _baseline_record(st, fullname)
     backend = get_backend(spec.backend)
     key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
-    if spec.skip_reason:
-        res_status, reason = SKIPPED, spec.skip_reason
+    jit = _jit_reason(st, spec.backend)
+    if spec.skip_reason or jit:
+        res_status, reason = SKIPPED, spec.skip_reason or jit
         res = None
     else:
         res = st.runner.run(backend, spec.problem, spec.tactic, measure=not getattr(benchmark, "disabled", False))
@@ -403,6 +429,17 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     if st.baseline is not None:
         _gate(request, benchmark, st, spec, backend, base, fullname, res)
     return res
+
+
+def _jit_reason(st: Fp4Session, backend: str) -> str:
+    """Skip (naming ``fp4bench prepare``) rather than JIT-compile FlashInfer for minutes in a test."""
+    if st.device is None or st.device.type != "cuda":
+        return ""
+    import torch
+
+    from fp4bench.jit_cache import unbuilt_reason
+
+    return unbuilt_reason(backend, tuple(torch.cuda.get_device_capability(st.device)))
 
 
 def _row(spec, res) -> dict:
@@ -473,6 +510,11 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     output_json["fp4bench"] = make_section(st.fingerprint, st.availability, sweep, clean=clean, verdicts=verdicts)
     if st.health:
         output_json["fp4bench"]["context_health"] = st.health
+    copy_to = config.stash.get(_COPY_TO, None)
+    if copy_to is not None:
+        from fp4bench.gate.baseline import write_baseline
+
+        write_baseline(output_json, copy_to)
 
 
 def _final_compare(st: Fp4Session):
@@ -537,6 +579,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if st.baseline is not None:
         tr.section(f"fp4bench verdict vs {st.baseline_path}")
         tr.write_line(verdict_table(_final_compare(st)))
+    from fp4bench.plugin_outputs import write_outputs
+
+    write_outputs(st, _final_compare(st) if st.baseline is not None else None, tr.write_line)
     path = config.stash.get(_JSON_PATH, None)
     if path is not None:
         if config.getoption("fp4_inject_slowdown"):

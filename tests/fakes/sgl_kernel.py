@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fakes.decode import EXACT, Misread, dequant, pad, raw_bytes, read_scales, require, same_device, write
+from fakes.decode import EXACT, Misread, dequant, pad, read_scales, require, same_device, write
 from fp4bench.backends.sgl_kernel import SglKernelAPI
 
 

@@ -428,7 +428,9 @@ def publish(path: Path) -> bool:
     if part.is_file():
         os.replace(part, path)
         return True
-    if path.is_file() and path.stat().st_size == 0:
+    if path.is_file() and path.stat().st_size > 0:  # written directly (beside a user's --benchmark-json)
+        return True
+    if path.is_file():
         path.unlink()
     return False
 

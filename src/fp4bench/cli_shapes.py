@@ -1,0 +1,69 @@
+"""``fp4bench shapes --model M --batch B [--tp T] [--gpu NAME] [--format F]``: the GEMMs one decode
+step of an MoE layer runs, per role, with their M, N, K, tokens per expert, FLOP/byte and where
+that sits against the GPU's ridge point (intensity below the ridge = bandwidth-bound)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+PROG = "fp4bench shapes"
+
+
+def shapes_main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    ap.add_argument("--model", default="glm-5")
+    ap.add_argument("--batch", default="512", help="decode batch sizes, comma-separated")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--routing", default="uniform", help="uniform or zipf:<s>")
+    ap.add_argument("--format", default=None, help="operand format (default: the model's FP4 format)")
+    ap.add_argument("--gpu", default="NVIDIA B200", help="GPU name for the ridge point (default %(default)s)")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 0 if e.code in (0, None) else 2
+    from fp4bench.measure.peaks import peak_for
+    from fp4bench.problems import BYTES_PER_ELEMENT
+    from fp4bench.workloads import decode_problems, get_model, mean_tokens_per_expert, parse_ints
+
+    try:
+        model = get_model(args.model)
+        batches = parse_ints(args.batch, "batch")
+        fmt = args.format or model.fp4_format
+        if fmt not in BYTES_PER_ELEMENT:
+            raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(BYTES_PER_ELEMENT)}")
+        peaks = peak_for(args.gpu)
+        problems = {b: decode_problems(model, b, args.tp, args.routing) for b in batches}
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    ridge = None
+    if peaks is not None:
+        ridge = peaks.ridge_point(fmt)
+        print(f"{peaks.name}: ridge point " + (f"{ridge:.0f} FLOP/B for {fmt}" if ridge is not None else
+              f"n/a: no {fmt} tensor-core peak (e.g. no FP4 on Hopper)") + f", HBM {peaks.bandwidth_tbs:g} TB/s")
+    else:
+        print(f"{args.gpu!r} is not in the peak table: no ridge point")
+    print(f"{model.name}: H={model.hidden} I={model.moe_intermediate} E={model.num_experts} top_k={model.top_k} "
+          f"TP={args.tp} format={fmt} routing={args.routing}")
+    header = f"{'batch':>6} {'role':<15} {'M':>6} {'N':>6} {'K':>6} {'tok/expert':>10} {'active':>6} " \
+             f"{'max rows':>8} {'FLOP/B':>8}  bound"
+    print(header)
+    for b, probs in problems.items():
+        tpe = mean_tokens_per_expert(model, b)
+        for p in probs:
+            if p.kind == "moe":
+                continue  # the fused layer is its two grouped GEMMs, listed above it
+            if p.kind == "dense":
+                m, active, maxrows, per_expert = p.m, "-", "-", "-"
+            else:
+                m, active, maxrows, per_expert = p.total_rows, str(p.active_experts), \
+                    str(max(p.tokens_per_expert)), f"{tpe:.2f}"
+            intensity = p.flops / p.bytes_moved(fmt)
+            bound = "-" if ridge is None else ("bandwidth" if intensity < ridge else "compute")
+            print(f"{b:>6} {p.origin.role:<15} {m:>6} {p.n:>6} {p.k:>6} {per_expert:>10} {active:>6} "
+                  f"{maxrows:>8} {intensity:>8.1f}  {bound}")
+    print("M of a grouped role = routed rows summed over experts; tok/expert = batch·top_k/E (mean); "
+          "FLOP/B counts each operand once, block scales included, bf16 output")
+    return 0

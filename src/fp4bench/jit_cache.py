@@ -1,0 +1,112 @@
+"""FlashInfer's JIT modules: which ones a sweep needs on this GPU, whether they are built, and
+building them ahead of a run (``fp4bench prepare``).
+
+FlashInfer compiles a CUDA extension the first time an API needs it (``JitSpec.build_and_load``
+in flashinfer/jit/core.py); the fused-MoE module alone is hundreds of CUTLASS translation units,
+tens of minutes on a fresh runner. A timed run must never pay that inside a test, so the plugin
+skips a FlashInfer case whose module is neither built nor prebuilt and names this command.
+
+Where the artifacts live (flashinfer/jit/env.py, 0.7.2.post1): ``FLASHINFER_JIT_DIR`` =
+``$FLASHINFER_WORKSPACE_BASE`` (default ``$HOME``) ``/.cache/flashinfer/<version>/<archs>/cached_ops``;
+prebuilt modules come from the ``flashinfer-jit-cache`` wheel (``JitSpec.is_aot``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+#: compute capability -> [(module label, backend names that need it, "module:function" making the JitSpec)]
+_SPECS: dict[tuple[int, int], list[tuple[str, tuple[str, ...], str]]] = {
+    (9, 0): [("fused MoE (SM90)", ("flashinfer-cutlass-moe",),
+              "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm90_module")],
+    (10, 0): [("fused MoE (SM100)", ("flashinfer-cutlass-moe",),
+               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm100_module"),
+              ("dense FP4 GEMM (SM100)", ("flashinfer-cutlass",),
+               "flashinfer.jit.gemm.core:gen_gemm_sm100_module_cutlass_fp4")],
+    (10, 3): [("fused MoE (SM103)", ("flashinfer-cutlass-moe",),
+               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm103_module"),
+              ("dense FP4 GEMM (SM103)", ("flashinfer-cutlass",),
+               "flashinfer.jit.gemm.core:gen_gemm_sm103_module_cutlass_fp4")],
+    (12, 0): [("fused MoE (SM120)", ("flashinfer-cutlass-moe",),
+               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm120_module"),
+              ("dense FP4 GEMM (SM120)", ("flashinfer-cutlass",),
+               "flashinfer.jit.gemm.core:gen_gemm_sm120_module_cutlass_fp4")],
+}
+_SPECS[(12, 1)] = _SPECS[(12, 0)]
+#: set to 1 to let a run compile missing modules inside the first test that needs them
+ALLOW_ENV = "FP4BENCH_ALLOW_JIT"
+
+
+@dataclass
+class JitModule:
+    label: str
+    backends: tuple[str, ...]
+    spec: Any  # flashinfer JitSpec
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.spec.is_aot or self.spec.is_compiled)
+
+    @property
+    def where(self) -> str:
+        return "prebuilt (flashinfer-jit-cache)" if self.spec.is_aot else str(self.spec.get_library_path())
+
+
+def _load(path: str) -> Callable[[], Any]:
+    module, func = path.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def modules_for(capability: tuple[int, int], backends: set[str] | None = None) -> list[JitModule]:
+    """The JIT modules the FlashInfer backends use on this compute capability (empty if none)."""
+    out = []
+    for label, names, path in _SPECS.get(tuple(capability), []):
+        if backends is None or set(names) & backends:
+            out.append(JitModule(label, names, _load(path)()))
+    return out
+
+
+def cache_dir() -> str:
+    from flashinfer.jit import env
+
+    return str(env.FLASHINFER_JIT_DIR)
+
+
+def unbuilt_reason(backend: str, capability: tuple[int, int]) -> str:
+    """'' when ``backend`` needs no JIT build here (or it is built); else why the case must skip."""
+    if os.environ.get(ALLOW_ENV) == "1" or not any(backend in names for _, names, _ in _SPECS.get(capability, [])):
+        return ""
+    try:
+        missing = [m for m in modules_for(capability, {backend}) if not m.ready]
+    except Exception as exc:  # flashinfer absent or changed: the backend's availability says so
+        return "" if isinstance(exc, ImportError) else f"cannot inspect FlashInfer's JIT cache: {exc}"
+    if not missing:
+        return ""
+    return (f"{backend}: FlashInfer JIT module {missing[0].label} is not built (it would compile for tens of "
+            f"minutes inside this test); run `fp4bench prepare` first (cache: {cache_dir()}), or set "
+            f"{ALLOW_ENV}=1 to compile during the run")
+
+
+def prepare(capability: tuple[int, int], backends: set[str] | None = None,
+            echo: Callable[[str], None] = print) -> int:
+    """Build every missing module, one by one, saying which, where and how long it took."""
+    mods = modules_for(capability, backends)
+    if not mods:
+        echo(f"no FlashInfer JIT module is used on SM{capability[0]}{capability[1]}: nothing to build")
+        return 0
+    echo(f"FlashInfer JIT cache: {cache_dir()} (set FLASHINFER_WORKSPACE_BASE to move it; "
+         "FLASHINFER_NVCC_THREADS / MAX_JOBS set the build parallelism)")
+    for i, m in enumerate(mods, 1):
+        if m.ready:
+            echo(f"[{i}/{len(mods)}] {m.label}: already built: {m.where}")
+            continue
+        echo(f"[{i}/{len(mods)}] {m.label}: building (hundreds of CUDA translation units for the fused MoE; "
+             "ninja prints its progress below) ...")
+        t0 = time.monotonic()
+        m.spec.build_and_load()
+        echo(f"[{i}/{len(mods)}] {m.label}: built in {time.monotonic() - t0:.0f} s: {m.where}")
+    return 0
