@@ -1,4 +1,4 @@
-"""``fp4bench`` command line: ``env``, ``compare``, ``baseline approve``, ``workload``.
+"""``fp4bench`` command line: ``env``, ``compare``, ``power``, ``fidelity``, ``baseline approve``, ``workload``.
 
 A thin layer: each subcommand calls the plain objects the pytest plugin uses too.
 """
@@ -14,6 +14,8 @@ USAGE = """usage: fp4bench <command> [args]
 commands:
   env                          GPU, software stack and every backend with its availability reason
   compare BASE.json NEW.json   noise-aware regression verdict (exit 0 pass, 1 regression, 2 usage)
+  power A.json B.json [--slowdowns 0,3,5]   gate's FAIL rate on an A/A pair with B scaled by 1+s
+  fidelity [--ms 1,64,1024]    GPU: timer's graph kernel time vs eager kernel time, same window
   baseline approve FILE        make a candidate run the approved baseline of its GPU model
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
 """
@@ -106,6 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fp4bench.cli_compare import compare_main
 
         return compare_main(rest)
+    if cmd == "power":
+        from fp4bench.cli_power import power_main
+
+        return power_main(rest)
+    if cmd == "fidelity":
+        from fp4bench.cli_fidelity import fidelity_main
+
+        return fidelity_main(rest)
     if cmd == "baseline":
         return _baseline(rest)
     if cmd == "workload":
