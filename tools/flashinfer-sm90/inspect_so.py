@@ -7,7 +7,7 @@ that the module does not depend on libpython or libtorch (so a build made with P
 torch 2.13 loads under Python 3.12 / torch 2.11), and summarizes per-TU compile seconds from
 ninja's log.
 
-    python scripts/fi_moe_inspect_so.py MODULE.so [BUILD_DIR/.ninja_log [TU_TIMES.txt]]   # JSON
+    python inspect_so.py MODULE.so [BUILD_DIR/.ninja_log [TU_TIMES.txt]]   # JSON
 """
 
 from __future__ import annotations

@@ -1,29 +1,46 @@
 #!/usr/bin/env bash
 # Build FlashInfer's SM90 fused-MoE module reduced to the BF16 x MXFP4 (W4A16) path
-# (MODULE=fused_moe_90_w4a16, default), or FlashInfer's fp4_quantization_90 as is
-# (MODULE=fp4_quantization_90: the oracles block_scale_interleave / e2m1_and_ufp8sf_scale_to_float).
+# (--module fused_moe_90_w4a16, default), or FlashInfer's fp4_quantization_90 as is
+# (--module fp4_quantization_90: the oracles block_scale_interleave / e2m1_and_ufp8sf_scale_to_float).
+# Runs on a CPU-only box (nvcc cross-compiles sm_90a) or on the GPU machine. README.md explains each step.
 #
-# Runs on a CPU-only box (nvcc cross-compiles sm_90a; no GPU needed) or on the H200.
-# Output: $FIMOE_ROOT/out/$MODULE.so (stripped) + $MODULE.report.json; with INSTALL_DIR set,
-# copies of both there (e.g. INSTALL_DIR=.devbundle/fi_moe, an ignored path a device run carries).
-# Marker: $FIMOE_ROOT/BUILD_DONE (default module) or $FIMOE_ROOT/BUILD_DONE.$MODULE, written when
-# the script ends: "ok <seconds> <time>" or "failed rc=N ...". Log: build.log / build.$MODULE.log;
-# per-TU CPU seconds: tu_times[.$MODULE].txt; ninja's own log: <build dir>/.ninja_log.
-#
-# Env knobs: MODULE, FIMOE_ROOT (default /tmp/fimoe), JOBS (default 2), NICE (default 19),
-# FI_SITE (flashinfer install, default /tmp/site), PY (python with torch + apache-tvm-ffi),
-# CUDA_HOME (default /usr/local/cuda), INSTALL_DIR. docs/flashinfer-moe.md explains each step.
+# usage: build.sh --flashinfer-site DIR --work DIR --python PY [--module M] [--jobs N] [--nice N]
+#                 [--cuda-home DIR] [--install DIR]
+#   --flashinfer-site  the directory that holds the installed flashinfer package (put on PYTHONPATH)
+#   --work             scratch directory: FlashInfer workspace, logs, out/<module>.so and its report
+#   --python           python with torch and apache-tvm-ffi (FlashInfer's build imports both)
+#   --install          also copy out/<module>.so and its report there (then run install_aot.py)
+# Output: WORK/out/MODULE.so (stripped) + MODULE.report.json; marker WORK/BUILD_DONE[.MODULE] with
+# "ok <seconds> <time>" or "failed rc=N ..."; log WORK/build[.MODULE].log; per-TU CPU seconds
+# WORK/tu_times[.MODULE].txt; ninja's own log <build dir>/.ninja_log.
 set -euo pipefail
 
+usage() { sed -n '7,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
-MODULE=${MODULE:-fused_moe_90_w4a16}
-FIMOE_ROOT=${FIMOE_ROOT:-/tmp/fimoe}
-JOBS=${JOBS:-2}
-NICE=${NICE:-19}
-FI_SITE=${FI_SITE:-/tmp/site}
-PY=${PY:-/tmp/venv/bin/python}
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+MODULE=fused_moe_90_w4a16 JOBS=2 NICE=19 FI_SITE="" FIMOE_ROOT="" PY="" INSTALL_DIR=""
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --module) MODULE=$2; shift 2 ;;
+    --work) FIMOE_ROOT=$2; shift 2 ;;
+    --jobs) JOBS=$2; shift 2 ;;
+    --nice) NICE=$2; shift 2 ;;
+    --flashinfer-site) FI_SITE=$2; shift 2 ;;
+    --python) PY=$2; shift 2 ;;
+    --cuda-home) CUDA_HOME=$2; shift 2 ;;
+    --install) INSTALL_DIR=$2; shift 2 ;;
+    -h|--help) usage ;;
+    *) echo "build.sh: unknown argument $1" >&2; usage ;;
+  esac
+done
+for req in FI_SITE:--flashinfer-site FIMOE_ROOT:--work PY:--python; do
+  var=${req%%:*}
+  [ -n "${!var}" ] || { echo "build.sh: ${req#*:} is required" >&2; usage; }
+done
+[ -d "$FI_SITE/flashinfer" ] || { echo "build.sh: no flashinfer package in $FI_SITE" >&2; exit 2; }
+case "$MODULE" in fused_moe_90_w4a16|fp4_quantization_90) ;; *) echo "build.sh: unknown --module $MODULE" >&2; exit 2 ;; esac
+FIMOE_ROOT=$(mkdir -p "$FIMOE_ROOT" && cd "$FIMOE_ROOT" && pwd)
+export CUDA_HOME
 export PYTHONPATH="$FI_SITE${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHINFER_WORKSPACE_BASE="$FIMOE_ROOT/ws"
 export FLASHINFER_CUDA_ARCH_LIST="9.0a"
@@ -44,9 +61,6 @@ finish() {
   echo "== $status; marker $marker"
 }
 trap finish EXIT
-
-[ -d "$FI_SITE/flashinfer" ] || bash "$repo/.devbundle/install.sh" || true
-[ -d "$FI_SITE/flashinfer" ] || { echo "no flashinfer in $FI_SITE"; exit 2; }
 
 # Headers a minimal CUDA toolkit (this CPU box: nvcc + cudart only) lacks, and libnvrtc.so.13
 # (the MoE binding links -lnvrtc for DeepGEMM's NVRTC JIT). A full toolkit has them all; else
@@ -90,7 +104,7 @@ export FLASHINFER_NVCC_LAUNCHER="/usr/bin/time -a -o $times -f '%e %U %S %M %C'"
 export FLASHINFER_CXX_LAUNCHER="$FLASHINFER_NVCC_LAUNCHER"
 
 echo "== writing spec for $MODULE ($(date -u +%T))"
-"$PY" "$here/fi_moe_build_spec.py" write --module "$MODULE" > "$FIMOE_ROOT/out/$MODULE.build.json"
+"$PY" "$here/build_spec.py" write --module "$MODULE" > "$FIMOE_ROOT/out/$MODULE.build.json"
 field() { "$PY" -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$FIMOE_ROOT/out/$MODULE.build.json" "$1"; }
 build_dir=$(field build_dir)
 lib=$(field library)
@@ -102,9 +116,9 @@ echo "== linked $(du -h "$lib" | cut -f1) $lib"
 so="$FIMOE_ROOT/out/$MODULE.so"
 cp "$lib" "$so"
 strip --strip-unneeded "$so"
-"$PY" "$here/fi_moe_inspect_so.py" "$so" "$build_dir/.ninja_log" "$times" > "$FIMOE_ROOT/out/$MODULE.report.json" \
+"$PY" "$here/inspect_so.py" "$so" "$build_dir/.ninja_log" "$times" > "$FIMOE_ROOT/out/$MODULE.report.json" \
   || echo "warning: inspection failed"
-if [ -n "${INSTALL_DIR:-}" ]; then
+if [ -n "$INSTALL_DIR" ]; then
   mkdir -p "$INSTALL_DIR"
   cp "$so" "$FIMOE_ROOT/out/$MODULE.report.json" "$INSTALL_DIR/"
   echo "== installed into $INSTALL_DIR"

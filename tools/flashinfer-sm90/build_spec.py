@@ -17,16 +17,16 @@ instantiates every ``CutlassMoeFCRunner`` type: their vtables live in the kept
 ``cutlass_fused_moe_instantiation.cu``, so no *data* symbol goes missing). tvm-ffi opens modules with
 ``dlopen(RTLD_LAZY | RTLD_LOCAL)`` and we link with ``-z lazy``, so the module loads and
 every function of the W4A16 path works; calling any other dtype path of this module ends
-the process with "symbol lookup error". docs/flashinfer-moe.md explains the recipe.
+the process with "symbol lookup error". README.md in this folder and docs/flashinfer-moe.md explain the recipe.
 
 ``--module fp4_quantization_90`` writes FlashInfer's own, unreduced spec of that module
 instead (7 sources; it holds ``block_scale_interleave`` and ``e2m1_and_ufp8sf_scale_to_float``,
-the SM90-safe helpers the smoke test uses as oracles).
+the SM90-safe helpers tests/test_gpu_flashinfer_sm90.py uses as oracles).
 
 Usage (env: PYTHONPATH with flashinfer, FLASHINFER_WORKSPACE_BASE, FLASHINFER_CUDA_ARCH_LIST=9.0a)::
 
-    python scripts/fi_moe_build_spec.py write [--module NAME]  # writes build.ninja, prints a JSON manifest
-    python scripts/fi_moe_build_spec.py count                  # TU counts only
+    python build_spec.py write [--module NAME]  # writes build.ninja, prints a JSON manifest
+    python build_spec.py count                  # TU counts only
 """
 
 from __future__ import annotations
