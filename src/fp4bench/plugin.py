@@ -363,7 +363,8 @@ def _gate(request, benchmark, st: Fp4Session, spec, backend, base, fullname: str
     m = max(1, len(st.baseline.benchmarks))
     v = judge(fullname, base, res.timing.samples_s, res.extra_info, st.policy, m)
     if v.status is Status.FAIL and not st.config.getoption("fp4_no_confirm"):
-        # confirm a suspect with fresh samples before failing (measurement.md §11.5); fresh
+        # confirm a suspect with fresh samples before failing (re-run only the flagged
+        # benchmarks, as asv and Pinpoint do); fresh
         # buffers too, so an unlucky allocation is not measured twice
         st.runner.drop_prepared()
         again = st.runner.run(backend, spec.problem, spec.tactic)
@@ -422,8 +423,11 @@ def _without(baseline, nodeids: set[str]):
 
 
 def _context_health(device) -> str:
-    """Run a small torch kernel after every case (and every skip) and check it: some FP4 entry
-    points poison the CUDA context instead of raising (backends.md §1). '' when healthy."""
+    """Run a 256x256 fp32 matmul once at the end of the session, after all cases and skips, and
+    check it against float64: some FP4 entry points poison the CUDA context (a sticky device
+    error) instead of raising, e.g. ``F.scaled_grouped_mm`` NVFP4 on SM90 with torch 2.11 or
+    ``.float()`` on a CUDA ``float4_e2m1fn_x2`` tensor (device assert in c10/core/DynamicCast.h).
+    '' when healthy, else what went wrong."""
     import torch
 
     try:
