@@ -90,6 +90,6 @@ def test_usage_missing_args_and_help(capsys):
 
 
 def test_fractional_floor_is_accepted(tmp_path):
-    """pytest-benchmark rejects median:2.5% (measurement.md §10); we take it."""
+    """pytest-benchmark rejects median:2.5% (its compare-fail takes whole percents only); we take it."""
     b, n = run_pair(tmp_path, [1.0, 1.0, 1.0])
     assert compare_main([str(b), str(n), "--floor", "2.5", "--alpha", "0.01"]) == 0

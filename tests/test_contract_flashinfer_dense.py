@@ -172,7 +172,7 @@ def test_mxfp4_operands_are_rejected_by_name(monkeypatch):
 
 def test_real_flashinfer_accepts_the_prepared_arguments(monkeypatch):
     """Where flashinfer-python is installed, its own Python-level checks pass on our arguments,
-    and its module choice matches backends.md (pure Python, nothing is built or launched)."""
+    and its module choice matches FlashInfer's gemm_base.py (pure Python, nothing is built or launched)."""
     gemm_base = pytest.importorskip("flashinfer.gemm.gemm_base")
     _, be = _setup(monkeypatch)
     problem = GemmProblem(200, 96, 96)

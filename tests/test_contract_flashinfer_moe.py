@@ -10,7 +10,7 @@ adapter marshals anything wrongly, the fake's result diverges from ``reference_m
 
 What the fake cannot prove is that FlashInfer's real layout is the one modelled here: the
 scale fold is compared with FlashInfer's own (pure torch) helper when flashinfer imports, and
-the weight interleave -- a CUDA kernel -- is compared on the H200 by scripts/fi_moe_smoke.py.
+the weight interleave -- a CUDA kernel -- is compared on the H200 by tests/test_gpu_flashinfer_sm90.py.
 """
 
 from __future__ import annotations

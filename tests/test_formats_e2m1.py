@@ -1,4 +1,4 @@
-"""E2M1 encode/decode and FP4 packing against the spec (nvfp4-format.md section 1)."""
+"""E2M1 encode/decode and FP4 packing against the spec (OCP MX v1.0)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MXFP4 quantize/dequantize with both scale rules (nvfp4-format.md section 3)."""
+"""MXFP4 quantize/dequantize with both scale rules (OCP MX v1.0)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NVFP4 quantize/dequantize (kernel "encode" convention, nvfp4-format.md section 2)."""
+"""NVFP4 quantize/dequantize (kernel "encode" convention)."""
 
 from __future__ import annotations
 

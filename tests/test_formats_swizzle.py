@@ -1,4 +1,4 @@
-"""Scale-factor layouts: 128x4, 8x4 and the per-expert grouped layout (nvfp4-format.md section 4)."""
+"""Scale-factor layouts: 128x4, 8x4 and the per-expert grouped layout."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def test_cublaslt_checks_the_installed_torch(monkeypatch):
     assert "needs CUDA >= 12.8" in CublasLtV1().availability(CUDA).reason
 
 
-# -- tactic labels (backends.md section 3.4; flashinfer 0.7.2.post1 sources) -------------------
+# -- tactic labels (flashinfer 0.7.2.post1 sources) -------------------
 
 @pytest.mark.parametrize(("index", "label"), [
     (0, "t00:128x128x256-c2x4-2sm"), (1, "t01:128x128x256-c1x4-1sm"), (2, "t02:128x256x256-c4x2-2sm"),

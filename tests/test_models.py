@@ -1,4 +1,4 @@
-"""Model catalog: numbers against models-and-hardware.md, sources for every number, lookup, discovery."""
+"""Model catalog: numbers against the configs' published values, sources for every number, lookup, discovery."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fp4bench.models import (
 )
 from fp4bench.workloads import expert_weight_bytes
 
-# models-and-hardware.md §1 table, transcribed by hand:
+# published config.json values, transcribed by hand:
 # H, I, E, top-k, shared count, shared intermediate, MoE layers, layers, native format,
 # NVFP4 (MXFP4 for gpt-oss) MB per expert gate_up / down (None where the doc gives "—"),
 # I/TP for TP = 2 / 4 / 8 / 16.

@@ -1,4 +1,4 @@
-"""GPU peak table: numbers vs models-and-hardware.md §2, sources, name matching, overrides, roofline."""
+"""GPU peak table: numbers vs vendor datasheets, sources, name matching, overrides, roofline."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from fp4bench.measure.peaks import (
 )
 from fp4bench.workloads import weight_only_intensity
 
-# models-and-hardware.md §2: name torch reports -> (table entry, FP4, FP8, BF16 dense TFLOP/s, TB/s, GB)
+# datasheet table: name torch reports -> (table entry, FP4, FP8, BF16 dense TFLOP/s, TB/s, GB)
 DOC = {
     "NVIDIA H100 80GB HBM3": ("H100 SXM", None, 1979, 989, 3.35, 80),
     "NVIDIA H200": ("H200 SXM", None, 1979, 989, 4.8, 141),

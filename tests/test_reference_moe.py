@@ -81,7 +81,7 @@ def test_nvfp4_intermediate_requantizes_with_the_given_scale() -> None:
     bf16 = reference_moe(ops, intermediate="bf16")
     cos = torch.nn.functional.cosine_similarity(fp4.flatten(), bf16.flatten(), dim=0)
     # NVFP4 re-quantization of the intermediate: E2M1 keeps ~2 significant bits per element,
-    # vLLM/FlashInfer tests accept cosine > 0.95 for FP4 intermediates (nvfp4-format.md §5).
+    # vLLM/FlashInfer tests accept cosine > 0.95 for FP4 intermediates.
     assert 0.95 < float(cos) < 1.0
     per_expert = torch.full((ops.problem.num_experts,), float(gs))
     same = reference_moe(ops, intermediate="nvfp4", fc2_act_global_scale=per_expert)
@@ -116,7 +116,7 @@ def test_quantization_loss_is_fp4_sized() -> None:
     ops = make_operands(_problem(t=8, e=4, h=256, i=128), "bf16", "mxfp4", seed=7)
     ref, plain = reference_moe(ops), unquantized_moe(ops)
     cos = float(torch.nn.functional.cosine_similarity(ref.flatten(), plain.flatten(), dim=0))
-    # MXFP4 weights (W4A16) vs bf16 weights: FP4 tier 4 in nvfp4-format.md §5 (cosine >= 0.97);
+    # MXFP4 weights (W4A16) vs bf16 weights: (cosine >= 0.97);
     # strictly below 1 because the weights really were quantized.
     assert 0.97 < cos < 0.9999
 

@@ -228,7 +228,7 @@ def test_missing_new_and_exit_codes():
 
 
 def test_renamed_benchmark_is_one_missing_plus_one_new():
-    """pytest-benchmark silently passes a renamed 10x-slower test (measurement.md §10); we don't."""
+    """pytest-benchmark silently passes a renamed 10x-slower test; we don't."""
     rng = np.random.default_rng(11)
     base = make_baseline([bench_entry("b::test_moe[m64]", samples(rng, MED, 0.01))])
     cur = {"b::test_moe_fp4[m64]": (samples(rng, MED * 10, 0.01), {})}

@@ -56,7 +56,8 @@ def test_tokens_per_expert_rejects_bad_concurrency(bad):
         mean_tokens_per_expert("glm-5", bad)
 
 
-# models-and-hardware.md "Decode routing statistics": (E, k) -> active experts at B = 1, 8, 32, 128, 512
+# expected active experts under uniform routing, E·(1 − (1 − k/E)^B):
+# (E, k) -> active experts at B = 1, 8, 32, 128, 512
 ACTIVE_DOC = {
     (256, 8): (8, 57, 163, 252, 256),
     (128, 8): (8, 52, 112, 128, 128),

@@ -1,4 +1,4 @@
-"""``fp4bench`` command line: ``env``, ``compare``, ``baseline approve``, ``workload``.
+"""``fp4bench`` command line: ``env``, ``compare``, ``power``, ``fidelity``, ``baseline approve``, ``workload``.
 
 A thin layer: each subcommand calls the plain objects the pytest plugin uses too.
 """
@@ -14,6 +14,8 @@ USAGE = """usage: fp4bench <command> [args]
 commands:
   env                          GPU, software stack and every backend with its availability reason
   compare BASE.json NEW.json   noise-aware regression verdict (exit 0 pass, 1 regression, 2 usage)
+  power A.json B.json [--slowdowns 0,3,5]   gate's FAIL rate on an A/A pair with B scaled by 1+s
+  fidelity [--ms 1,64,1024]    GPU: timer's graph kernel time vs eager kernel time, same window
   baseline approve FILE        make a candidate run the approved baseline of its GPU model
   ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]   interleaved A/B of two stacks on this GPU
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
@@ -109,7 +111,8 @@ def _workload(argv: Sequence[str]) -> int:
 
 #: subcommands that live in their own module: name -> (module, entry function)
 _MORE = {"shapes": ("fp4bench.cli_shapes", "shapes_main"), "report": ("fp4bench.cli_report", "report_main"),
-         "prepare": ("fp4bench.cli_prepare", "prepare_main")}
+         "prepare": ("fp4bench.cli_prepare", "prepare_main"), "ab": ("fp4bench.cli_ab", "ab_main"),
+         "power": ("fp4bench.cli_power", "power_main"), "fidelity": ("fp4bench.cli_fidelity", "fidelity_main")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,10 +127,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fp4bench.cli_compare import compare_main
 
         return compare_main(rest)
-    if cmd == "ab":
-        from fp4bench.cli_ab import ab_main
-
-        return ab_main(rest)
     if cmd == "baseline":
         return _baseline(rest)
     if cmd == "workload":

@@ -1,6 +1,6 @@
 """``fp4bench compare BASE.json NEW.json``: the regression gate between two saved runs.
 
-Unlike ``pytest-benchmark compare`` it has an exit code (measurement.md §10, #273):
+Unlike ``pytest-benchmark compare`` it has an exit code (pytest-benchmark issue #273):
 0 = no regression, 1 = regression, 2 = usage error / incompatible GPU / unusable file.
 """
 
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status instead of exiting (the lead wires it into cli.py)."""
+    """Run the command; returns the exit status instead of exiting (``fp4bench compare``)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

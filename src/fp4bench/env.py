@@ -5,7 +5,8 @@ everything else in the stack (driver, CUDA, torch, FlashInfer, sgl_kernel, cuBLA
 regression gate is *for* — it may differ and is shown in the report as "what changed".
 
 Collecting a fingerprint must never import the kernel libraries: ``sgl_kernel`` can fail to import
-or poison the CUDA context on the wrong GPU (backends.md §1), so versions come from
+or poison the CUDA context on the wrong GPU
+(e.g. FlashInfer's FP4 quantize on SM90 returns unwritten memory), so versions come from
 ``importlib.metadata`` (distribution metadata only). NVML (``pynvml``) is optional: without it, or
 without a driver, the NVML fields are ``None``. A CPU-only machine yields ``gpu_name="cpu"``.
 """
@@ -60,8 +61,8 @@ class Fingerprint:
     sm_clock_max_mhz: int | None = None
     mem_clock_max_mhz: int | None = None
     #: the physical GPU ("GPU-…"): not gated, but a different unit of the same model explains
-    #: shifts of a few % on µs-scale kernels (runs 5/7 on the H200: +3.5–4.2 % between machine
-    #: leases, 0 FAIL back to back), so the report shows it under "what changed"
+    #: shifts of a few % on µs-scale kernels (two ~9 µs kernels +3.5–4.2 % between two
+    #: H200 machines, docs/results-h200.md), so the report shows it under "what changed"
     gpu_uuid: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Seeded operands for a problem, quantized once: the *same bytes* go to every backend and to
-the reference (DEVELOPERS.md, Checks).
+the reference.
 
 Activations and weights are drawn as bf16 ``randn`` (realistic magnitudes: data values change
 power draw and so clocks; never zeros) and quantized with ``fp4bench.formats`` in the linear
@@ -36,7 +36,7 @@ class FP8Rowwise:
 def fp8_rowwise_quantize(x: torch.Tensor) -> FP8Rowwise:
     amax = x.abs().float().amax(dim=-1, keepdim=True)
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    # clamp before the cast: torch's e4m3 cast is not saturating (nvfp4-format.md §2.3)
+    # clamp before the cast: torch's e4m3 cast is not saturating (measured on torch 2.11)
     data = (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return FP8Rowwise(data, scale)
 

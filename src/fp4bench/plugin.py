@@ -467,7 +467,8 @@ def _gate(request, benchmark, st: Fp4Session, spec, backend, base, fullname: str
     m = max(1, len(st.baseline.benchmarks))
     v = judge(fullname, base, res.timing.samples_s, res.extra_info, st.policy, m)
     if v.status is Status.FAIL and not st.config.getoption("fp4_no_confirm"):
-        # confirm a suspect with fresh samples before failing (measurement.md §11.5); fresh
+        # confirm a suspect with fresh samples before failing (re-run only the flagged
+        # benchmarks, as asv and Pinpoint do); fresh
         # buffers too, so an unlucky allocation is not measured twice
         st.runner.drop_prepared()
         again = st.runner.run(backend, spec.problem, spec.tactic)

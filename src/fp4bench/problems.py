@@ -4,7 +4,7 @@ A problem says *what* is multiplied (shapes, per-expert token counts, where the 
 from); it never holds tensors. Its ``id`` is the pytest parameter id, so it must be stable
 across releases: baselines are matched by it.
 
-Conventions (DEVELOPERS.md, ../shared/docs/nvfp4-format.md): ``D[M, N] = A[M, K] @ W[N, K]^T``,
+Conventions (docs/formats.md): ``D[M, N] = A[M, K] @ W[N, K]^T``,
 A = activations, W = weights, K contiguous in both.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Storage bytes per element including block scales (nvfp4-format.md §1.2).
+# Storage bytes per element including block scales.
 BYTES_PER_ELEMENT: dict[str, float] = {
     "nvfp4": 0.5 + 1 / 16,
     "mxfp4": 0.5 + 1 / 32,

@@ -15,7 +15,7 @@ the largest difference left between a correct kernel and the math:
     as "bf16", but the activation output is re-quantized to NVFP4 with the fc2 activation
     global scale (``fc2_act_global_scale``, the kernel-convention *encode* scale) before
     GEMM2. The kernel quantizes with fast-math reciprocals, so it may pick the neighbouring
-    E2M1 code on near-ties (nvfp4-format.md §2.1): compare with an FP4-level tolerance.
+    E2M1 code on near-ties: compare with an FP4-level tolerance.
 ``intermediate="fp32"``
     no intermediate rounding (the ideal math on the decoded operands).
 

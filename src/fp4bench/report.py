@@ -53,7 +53,7 @@ def delta_spread(result: CompareResult) -> tuple[int, float, float, float] | Non
     """(n, median, p95, max) of |new/base - 1| over timed benchmarks measured in both runs.
 
     On an unchanged stack this is the run-to-run noise a user should expect (the A/A numbers
-    of docs/measurement.md); p95 uses numpy's linear interpolation."""
+    of docs/results-h200.md); p95 uses numpy's linear interpolation."""
     d = [abs(v.ratio - 1) for v in result.verdicts
          if v.kind == "timing" and v.ratio is not None and math.isfinite(v.ratio)]
     if not d:

@@ -15,7 +15,7 @@ from fp4bench.problems import GemmProblem, Origin, Problem
 from fp4bench.workloads import Aligned, align_problem, decode_problems, get_model
 
 # Dense M sweep of the full run: powers of two 1…16384 plus the 32…1536 band where
-# FlashInfer #3398 returned zeros on SM120 (backends.md §5).
+# FlashInfer #3398 returned zeros on SM120 (flashinfer-ai/flashinfer issue #3398).
 FULL_DENSE_M = sorted({2 ** i for i in range(15)} | {48, 96, 192, 384, 768, 1536})
 # Operands above this size are not drawn on a CPU-only machine (a GLM-5 grouped layer is ~13 GB).
 CPU_OPERAND_LIMIT_BYTES = 2 * 2 ** 30

@@ -2,7 +2,7 @@
 
 Why: decode-step expert GEMMs have tiny, uneven per-expert row counts (M_e ~ 1-16) that
 uniform-M sweeps miss. This module turns a model's geometry and a seeded routing into exactly
-those problems, exposes the arithmetic from models-and-hardware.md (tokens per expert, active
+those problems, exposes the decode arithmetic (tokens per expert, active
 experts, arithmetic intensity) as functions, applies backend alignment rules without ever
 dropping a shape silently, and parses the CLI / pytest option strings.
 """
@@ -274,9 +274,9 @@ class AlignmentPolicy:
             raise ValueError("a padding policy must name the serving stack that pads this way")
 
 
-#: torch._scaled_mm / cuBLASLt FP4 (backends.md §2.1)
+#: torch._scaled_mm / cuBLASLt FP4
 CUBLASLT_FP4 = AlignmentPolicy("torch cuBLASLt FP4", k_multiple=32, n_multiple=16)
-#: FlashInfer mm_fp4 CUTLASS and sgl_kernel cutlass_scaled_fp4_mm on SM100/103 (backends.md)
+#: FlashInfer mm_fp4 CUTLASS and sgl_kernel cutlass_scaled_fp4_mm on SM100/103
 CUTLASS_FP4_SM100 = AlignmentPolicy("CUTLASS FP4 GEMM (SM100/103)", k_multiple=32, n_multiple=32)
 #: sglang/vLLM SM100 FlashInfer MXFP4 MoE: round_up(hidden, 256), round_up(I/TP, 256)
 FLASHINFER_MXFP4_PAD = AlignmentPolicy(

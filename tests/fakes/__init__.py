@@ -1,7 +1,7 @@
 """CPU fakes of the FP4 GEMM libraries, for the backend contract tests.
 
 Each fake implements the *documented* semantics of one library entry point
-(../shared/docs/backends.md, nvfp4-format.md): it checks the argument dtypes, shapes, strides
+: it checks the argument dtypes, shapes, strides
 and devices that the real library checks (raising ``FakeContractError``), decodes the arguments
 in the layout the library expects, written here independently of ``fp4bench.formats`` (the
 128x4 offset formula, a nibble LUT), and writes the fp32 product rounded to the output dtype.

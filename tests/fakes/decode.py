@@ -1,7 +1,7 @@
 """Independent decoders for the fakes: E2M1 nibbles, 128x4 swizzled scales, E4M3/E8M0 values.
 
 Deliberately not ``fp4bench.formats``: the fakes must decode the way the *library* reads its
-arguments (nvfp4-format.md sections 1.2 and 4.1), so that a layout bug in our marshalling shows
+arguments (docs/formats.md), so that a layout bug in our marshalling shows
 up as a mismatch against the reference instead of being undone by our own inverse.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-# code -> value, bit 3 = sign (nvfp4-format.md section 1 table)
+# code -> value, bit 3 = sign
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 

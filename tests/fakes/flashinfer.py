@@ -1,7 +1,7 @@
 """Fake FlashInfer: the ``CutlassFp4GemmRunner`` that ``mm_fp4(backend="cutlass")`` drives.
 
 Semantics implemented (flashinfer 0.7.2.post1, ``gemm/gemm_base.py`` and
-``csrc/fp4_gemm_cutlass*.cu``; backends.md section 3):
+``csrc/fp4_gemm_cutlass*.cu``):
 
 * ``inputs = [a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, ws]``,
   the ``mm_fp4`` Python checks (2-D, dtypes, alpha fp32, out dtype, block 16 / nvfp4).

@@ -1,6 +1,6 @@
 """Fake sgl_kernel 0.3.21 ops: ``cutlass_scaled_fp4_mm`` and ``cutlass_fp4_group_mm``.
 
-Semantics implemented (backends.md section 4.2; sgl-kernel ``csrc/gemm/nvfp4_scaled_mm_kernels.cu``
+Semantics implemented (sgl-kernel ``csrc/gemm/nvfp4_scaled_mm_kernels.cu``
 and ``csrc/moe/nvfp4_blockwise_moe.cu``; the op schemas and check messages are in the 0.3.21
 ``common_ops`` binary):
 

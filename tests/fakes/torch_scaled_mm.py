@@ -1,6 +1,6 @@
 """Fake ``torch._scaled_mm`` (v1) and ``torch.ops.aten._scaled_mm_v2.out`` for block-scaled FP4.
 
-Semantics implemented (backends.md section 2; torch 2.13 meta-kernel messages):
+Semantics implemented (torch 2.13 meta-kernel messages):
 
 * operands ``float4_e2m1fn_x2``: ``a`` ``[M, K/2]`` row-major, ``b`` ``[K/2, N]`` column-major
   (``mat2 must be col_major``); ``K/2 % 16`` and both dims of ``b`` ``% 16`` (so K % 32, N % 16).

@@ -2,7 +2,7 @@
 and a crash-safe import probe.
 
 Why a module of its own: several FP4 entry points poison the CUDA context or trap instead of
-raising on the wrong GPU (backends.md section 1), so every adapter must answer "can this run
+raising on the wrong GPU, so every adapter must answer "can this run
 here?" from facts that need no library call: the device's compute capability, installed
 distribution versions (``importlib.metadata``, no import), and, for libraries whose import
 itself can crash the process (sgl_kernel built against another torch ABI), an import attempted

@@ -3,7 +3,7 @@ the alpha that undoes both global scales.
 
 The canonical operands (``fp4bench.operands``) hold encode-convention global scales ``gs``
 (``deq = e2m1 * sf / gs``), so every kernel that takes the raw block-scaled bytes needs
-``alpha = 1 / (gs_a * gs_w)`` applied to the fp32 accumulator (nvfp4-format.md section 2.1).
+``alpha = 1 / (gs_a * gs_w)`` applied to the fp32 accumulator.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Life of one benchmark case::
         out = backend.run(prep, tactic)           # the timed call; writes prep.out
 
 Capability gating happens in ``availability`` *before* any library call: several FP4 entry
-points poison the CUDA context instead of raising on the wrong GPU (backends.md §1).
+points poison the CUDA context instead of raising on the wrong GPU
+(e.g. ``F.scaled_grouped_mm`` NVFP4 on SM90, torch 2.11).
 """
 
 from __future__ import annotations

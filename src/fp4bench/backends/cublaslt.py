@@ -16,7 +16,7 @@
 The v2 call is the ``out=`` overload ``torch.ops.aten._scaled_mm_v2.out`` (what ``F.scaled_mm``
 calls, minus its output allocation); a torch without that overload falls back to ``F.scaled_mm``
 plus a copy into ``out`` (said in ``availability``'s reason). Hazard: never ``.float()`` a CUDA
-fp4x2 tensor (device assert, backends.md section 1); nothing here converts one.
+fp4x2 tensor (device assert in c10/core/DynamicCast.h, sticky); nothing here converts one.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from fp4bench.workloads import CUBLASLT_FP4
 from fp4bench.problems import GemmProblem, Problem
 
 NVFP4_SMS = frozenset({100, 103, 110, 120, 121})
-UNVERIFIED_SMS = frozenset({110})  # third-party report only (backends.md section 0)
+UNVERIFIED_SMS = frozenset({110})  # third-party report only, not confirmed
 MXFP4_SMS = frozenset({100, 103})  # torch: "MXFP4 scaling only supported in CUDA for B200/B300" (major 10)
 MIN_CUDA = (12, 8)
 
@@ -100,7 +100,7 @@ def _cuda_version() -> tuple[int, int] | None:
 
 class _CublasLtBase(Backend):
     kinds = frozenset({"dense"})
-    alignment = CUBLASLT_FP4  # K % 32, N % 16: checks on the packed FP4 dims (backends.md §2.1)
+    alignment = CUBLASLT_FP4  # K % 32, N % 16: checks on the packed FP4 dims
     supported_sms: frozenset[int] = NVFP4_SMS
     needs_v2 = False
 

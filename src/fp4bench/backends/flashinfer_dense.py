@@ -2,7 +2,7 @@
 
 ``flashinfer.mm_fp4(backend="cutlass")`` has no tactic argument and, outside autotuning, always
 runs tactic -1 (= 0 on SM100, a fixed default on SM120: the "default" row), so this adapter drives the same runner
-object ``mm_fp4`` builds (backends.md section 3.4)::
+object ``mm_fp4`` builds (flashinfer/gemm/gemm_base.py, CutlassFp4GemmRunner)::
 
     runner = flashinfer.gemm.gemm_base.get_cutlass_fp4_gemm_module(major, minor).cutlass_fp4_gemm_runner()
     ws     = flashinfer.utils._get_cache_buf("mm_fp4_workspace", DEFAULT_WORKSPACE_SIZE, device)

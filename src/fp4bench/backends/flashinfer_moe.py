@@ -37,7 +37,7 @@ occupancy, or that raises at initialization raises ``TacticUnsupported``.
 All library calls go through ``FlashInferMoEApi`` (constructor ``api=``): CPU contract tests
 substitute a fake that decodes the arguments in the library's layout. Imports are lazy. This
 adapter never calls FlashInfer's FP4 quantize helpers (they return uninitialized memory on
-SM90, backends.md §1): operands are quantized by ``fp4bench.formats``.
+SM90: the kernel body is ``#if __CUDA_ARCH__ >= 1000``): operands are quantized by ``fp4bench.formats``.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def sm90_w4a16_tactic_descriptions() -> list[str]:
 
 
 # --- layout models of the SM90 helpers (CPU tests, and checked against the real helpers on the
-# H200 by scripts/fi_moe_smoke.py) ----------------------------------------------------------
+# H200 by tests/test_gpu_flashinfer_sm90.py) ----------------------------------------------------------
 # interleave_fp4_weights_for_sm90_mixed_gemm_kernel (moe_gemm_mixed_utils.cu), per expert
 # [n, k/2] bytes: within each 16-row x 64-element tile, lane l of an 8-row block takes four
 # bytes (rows r and r+8, byte columns c and c+4, c = 8*(l//4) + l%4), little-endian into one

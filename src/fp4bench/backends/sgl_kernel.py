@@ -1,6 +1,6 @@
 """sgl_kernel 0.3.21 NVFP4 GEMMs: dense ``cutlass_scaled_fp4_mm`` and grouped ``cutlass_fp4_group_mm``.
 
-Two hazards shape this module (backends.md sections 1 and 4):
+Two hazards shape this module:
 
 * The wheel is built against the torch 2.9.1 C++ ABI and links ``libcuda.so.1``: under another
   torch it fails to import (missing symbols), and a bad native import may take the process down.
@@ -15,7 +15,7 @@ The timed call is the registered op (``torch.ops.sgl_kernel.<op>.default``), i.e
 Python wrapper minus its per-call ``torch.empty`` of the output, so that ``run`` allocates
 nothing itself (the C++ side still allocates its CUTLASS workspace on every call: library
 behaviour, part of what is measured). There is no tactic argument: the tile is hard-coded per
-M (backends.md section 4.3) and the single Tactic's label names it.
+M (sgl-kernel csrc/gemm/nvfp4_scaled_mm_kernels.cu) and the single Tactic's label names it.
 """
 
 from __future__ import annotations

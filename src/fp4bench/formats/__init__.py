@@ -1,6 +1,6 @@
 """Bit-exact NVFP4 / MXFP4 reference formats as small pure-torch functions (CPU or GPU).
 
-Conventions and sources: docs/formats.md; spec: nvfp4-format.md (shared docs).
+Conventions and their upstream sources: docs/formats.md.
 """
 
 from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, e2m1_encode, pack_fp4, unpack_fp4

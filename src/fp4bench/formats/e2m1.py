@@ -1,7 +1,7 @@
 """E2M1 (FP4) element codes: encode, decode, and two-per-byte packing.
 
 A code is ``s e1 e0 m`` (bit 3 sign, 2-bit exponent with bias 1, 1-bit mantissa); magnitudes are
-``0, 0.5, 1, 1.5, 2, 3, 4, 6``; there is no Inf or NaN (nvfp4-format.md section 1).
+``0, 0.5, 1, 1.5, 2, 3, 4, 6``; there is no Inf or NaN (OCP Microscaling Formats v1.0, E2M1).
 
 Encoding matches the hardware ``cvt.rn.satfinite.e2m1x2.f32``: round to nearest, ties to the
 even mantissa (``m = 0``), saturate at +-6. The sign bit is always kept, so ``-0.0`` and negative

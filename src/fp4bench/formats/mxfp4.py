@@ -1,6 +1,6 @@
 """MXFP4 (OCP MX): E2M1 values in 32-element blocks, one UE8M0 power-of-two scale per block.
 
-No global scale (nvfp4-format.md section 3). The scale exponent rule must be chosen explicitly:
+No global scale (OCP Microscaling Formats v1.0). The scale exponent rule must be chosen explicitly:
 
 * ``"rceil"`` (NVIDIA: cuBLAS docs, TRT-LLM/FlashInfer quantizer, PyTorch ``to_mxfp``):
   ``e = ceil(log2(amax_b / 6))``; every scaled value is <= 6, nothing saturates.

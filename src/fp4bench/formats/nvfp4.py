@@ -1,7 +1,7 @@
 """NVFP4: E2M1 values in 16-element blocks, one E4M3 scale per block, one FP32 global scale.
 
 Follows the *kernel* ("encode") convention of TRT-LLM / FlashInfer / sgl-kernel / vLLM
-(nvfp4-format.md section 2.1), so the bytes are what the GEMM kernels consume:
+(TRT-LLM / FlashInfer / vLLM kernel convention), so the bytes are what the GEMM kernels consume:
 
     gs     = 448 * 6 / amax(|X|)                        (fp32)
     SF_b   = e4m3( min(gs * (amax(|X_b|) / 6), 448) )   (clamp BEFORE the cast)

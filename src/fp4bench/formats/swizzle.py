@@ -1,4 +1,4 @@
-"""Scale-factor layouts consumed by the FP4 GEMM kernels (nvfp4-format.md section 4).
+"""Scale-factor layouts consumed by the FP4 GEMM kernels.
 
 * 128x4 ("blocked", cuBLAS ``[32,4,4]``, CUTLASS): the default everywhere. The ``[R, C]`` scale
   matrix is zero-padded to ``[pad128(R), pad4(C)]`` and cut into 128x4 tiles of 512 bytes,

@@ -6,7 +6,7 @@ top-level ``"fp4bench"`` section::
     {"schema": 1, "fingerprint": {...}, "availability": {"<backend>|<problem>|<tactic>": "ok" |
      "unsupported: <reason>"}, "sweep": {...}, "clean": true, "verdicts": {"PASS": 40, ...}}
 
-Storage (measurement.md §10: pytest-benchmark keys its storage by OS/Python and compares against
+Storage (pytest-benchmark keys its storage by OS/Python and compares against
 "the latest" file, so a regressed run silently becomes the next baseline — we do neither)::
 
     baselines/<gpu_slug>/approved.json                 THE baseline for that GPU model

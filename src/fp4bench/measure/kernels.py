@@ -1,6 +1,6 @@
 """Which CUDA kernels a call launched, and how long each ran, via ``torch.profiler``.
 
-Why (measurement.md §9): a timing change is only a kernel regression if the same kernels ran.
+Why: a timing change is only a kernel regression if the same kernels ran.
 cuBLASLt heuristics after a library upgrade, an autotuner's silent fallback, an M-threshold
 config switch or an extra per-call memset all change *which* kernels run; recording the set per
 benchmark lets the gate call that a dispatch change instead of a slowdown. Per-kernel device

@@ -6,7 +6,7 @@ weight-bandwidth-bound (M_e ~ 1-16, intensity ~3.56·M_e FLOP/B against ridge po
 compute`` the secondary one. Spec-sheet peaks are optimistic; ``with_measured`` replaces them
 with ceilings measured on the machine (a bf16 GEMM, a device copy).
 
-Numbers and tags come from /work/shared/docs/models-and-hardware.md §2. L2 sizes are not in
+Numbers are vendor datasheet values; each carries its source and trust tag. L2 sizes are not in
 that doc: they are left None here; read ``torch.cuda.get_device_properties(d).L2_cache_size``.
 """
 
@@ -24,7 +24,7 @@ from typing import NamedTuple
 #: the peak fields a measurement may override (TFLOP/s, TB/s, MB)
 PEAK_FIELDS: tuple[str, ...] = ("fp4_tflops", "fp8_tflops", "bf16_tflops", "bandwidth_tbs", "l2_mb")
 #: operand format -> the peak that bounds it (MXFP4 and NVFP4 share the FP4 tensor-core rate)
-#: trust tags (models-and-hardware.md) plus [measured]; every source string carries one
+#: trust tags ([source], [secondary], [unverified], [estimate]) plus [measured]; every source string carries one
 SOURCE_TAGS: tuple[str, ...] = ("[source]", "[secondary]", "[unverified]", "[estimate]", "[measured]")
 #: fp16 shares the bf16 tensor rate; fp32 (CUDA-core / TF32) has no entry in the table
 FORMAT_PEAK: dict[str, str | None] = {
@@ -151,8 +151,8 @@ PEAKS: tuple[GpuPeaks, ...] = (
         sources={
             "fp8_tflops": _H100,
             "bf16_tflops": _H100,
-            "bandwidth_tbs": f"NVIDIA H100 SXM datasheet 3.35 TB/s (models-and-hardware.md) {_GD}",
-            "memory_gb": f"80 GB HBM3 (models-and-hardware.md) {_GD}",
+            "bandwidth_tbs": f"NVIDIA H100 SXM datasheet 3.35 TB/s {_GD}",
+            "memory_gb": f"80 GB HBM3 {_GD}",
         },
         notes="no FP4 tensor cores (SM90)",
         match=("H100",),
@@ -174,7 +174,7 @@ PEAKS: tuple[GpuPeaks, ...] = (
         },
         notes=(
             "no FP4 tensor cores (SM90). Measured on an H200: bf16 8192^3 torch matmul ≈ 770-800 TF/s; "
-            "device-to-device copy ≈ 4.3 TB/s (models-and-hardware.md)"
+            "device-to-device copy ≈ 4.3 TB/s"
         ),
         match=("H200",),
         exclude=("NVL", "PCIE"),
@@ -220,7 +220,7 @@ PEAKS: tuple[GpuPeaks, ...] = (
         sources={
             "fp4_tflops": f"{_B300}; 14 PF (verda.com) taken, glennklockwood gives 13.1",
             "fp8_tflops": _B300,
-            "bf16_tflops": f"models-and-hardware.md table: 2.25 PF {_GD}",
+            "bf16_tflops": f"NVIDIA datasheet: 2.25 PF {_GD}",
             "bandwidth_tbs": f"7.7-8 TB/s, upper value taken; {_B300}",
             "memory_gb": f"270-288 GB HBM3e, upper value taken; {_B300}",
         },

@@ -1,7 +1,7 @@
 """NVML telemetry around a timed window: power, clocks, temperature, throttling, energy.
 
 Why: a GEMM that got slower because the GPU sat at its power cap is not a regression of the
-kernel. The gate needs to know, per benchmark, whether clocks were held down (measurement.md §7)
+kernel. The gate needs to know, per benchmark, whether clocks were held down
 and, when the window is long enough, how much energy the calls took (§8).
 
 Design rules:
@@ -17,7 +17,8 @@ Design rules:
   for the duration of each foreign call, so the only GIL time it takes from the timed thread
   is its few microseconds of Python bookkeeping per poll.
 
-NVML facts this relies on (measurement.md §7-§8): ``nvmlDeviceGetPowerUsage`` is a ~1 s moving
+NVML facts this relies on (NVML API reference):
+``nvmlDeviceGetPowerUsage`` is a ~1 s moving
 average on Ampere and newer (except GA100), so per-window power is smoothed; the energy counter
 updates only every ~100 ms, so energy per call is meaningful only for windows of >= ~1 s; the
 current clock-event-reasons bitmask is instantaneous (a poll between kernels may see GpuIdle),
@@ -79,7 +80,7 @@ def is_throttle_reason(name: str) -> bool:
 # --- cumulative throttle-time counters (nvmlDeviceGetFieldValues) -----------------------------
 
 #: our key -> (nvidia-ml-py constant name, fallback id). The ids are the ones defined by
-#: nvidia-ml-py 13.x (and measurement.md); older nvidia-ml-py releases numbered the last three
+#: nvidia-ml-py 13.x; older nvidia-ml-py releases numbered the last three
 #: 251/252/253, so the installed module's constant wins when it has one.
 THROTTLE_FIELDS: dict[str, tuple[str, int]] = {
     "sw_power_cap": ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP", 74),

@@ -1,4 +1,4 @@
-"""GPU time per call, measured the way a kernel engineer trusts (measurement.md §2–§6).
+"""GPU time per call, measured the way a kernel engineer trusts.
 
 Default method: capture ``N`` back-to-back calls in one CUDA graph and time each replay with a
 CUDA event pair; one sample = replay time / N. That measures decode-size kernels of a few µs
@@ -309,7 +309,7 @@ def _profiler():
 def _energy(replay: Fn, calls_per_replay: int, window_s: float, device: torch.device) -> dict[str, Any]:
     """Replay back-to-back for ``window_s`` under the NVML sampler: energy-counter delta / calls.
 
-    A separate pass, so that NVML reads never sit inside the timed samples (measurement.md §8).
+    A separate pass, so that NVML reads never sit inside the timed samples.
     """
     from fp4bench.measure.telemetry import TelemetrySampler
 
@@ -330,7 +330,7 @@ def record_in_benchmark(benchmark: Any, result: TimingResult) -> None:
     ``--benchmark-compare-fail`` all operate on GPU seconds per call.
 
     pytest-benchmark has no public API for externally timed samples; ``_make_stats`` +
-    ``update`` is the documented "sample injection" technique (measurement.md §3). We check
+    ``update`` is the "sample injection" technique (pytest-benchmark ``BenchmarkFixture._make_stats``). We check
     the internals exist so a pytest-benchmark upgrade fails loudly rather than silently.
     """
     make_stats = getattr(benchmark, "_make_stats", None)

@@ -6,7 +6,7 @@ _CFG = "[source] transformers GptOssConfig defaults"
 _COPY = "[secondary] gpt-oss-20b config copy"
 _MX = (
     "[source] checkpoints store experts as MXFP4 *_blocks/*_scales "
-    "(nvfp4-format.md section 3; transformers GptOssConfig quantization)"
+    "(transformers GptOssConfig quantization)"
 )
 _NOTES = (
     "gate/up rows interleaved, per-expert biases, clamped SwiGLU (alpha 1.702, limit 7.0). "

@@ -2,7 +2,7 @@
 
 from fp4bench.models.moe_model import MoEModel
 
-_CFG = "[secondary] several Kimi-K2 config copies (models-and-hardware.md)"
+_CFG = "[secondary] several Kimi-K2 config.json copies on Hugging Face"
 
 MODELS = (
     MoEModel(

@@ -2,7 +2,7 @@
 
 from fp4bench.models.moe_model import MoEModel
 
-_CFG = "[secondary] Llama-4 config copies (models-and-hardware.md)"
+_CFG = "[secondary] Llama-4 config.json copies on Hugging Face"
 _FP4 = "[unverified] fp4bench issue 2: deployed as an NVFP4 checkpoint"
 
 

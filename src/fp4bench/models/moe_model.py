@@ -1,7 +1,7 @@
 """The MoE model description: the few numbers that fix every expert GEMM shape, each with a source.
 
 Why a source per number: these values come from configs, config copies and spec pages of
-varying trust (``/work/shared/docs/models-and-hardware.md`` tags them **[source]**,
+varying trust (tagged **[source]**,
 **[secondary]**, **[unverified]**, **[estimate]**). A benchmark result is only as good as the
 shape it ran, so the tag travels with the number and the constructor refuses a number
 without one.
@@ -26,7 +26,7 @@ SOURCED_FIELDS: tuple[str, ...] = (
     "num_layers",
     "native_format",
 )
-#: trust tags of models-and-hardware.md; every source string carries at least one
+#: trust tags; every source string carries at least one
 SOURCE_TAGS: tuple[str, ...] = ("[source]", "[secondary]", "[unverified]", "[estimate]")
 NATIVE_FORMATS: tuple[str, ...] = ("nvfp4", "mxfp4", "bf16")
 

@@ -51,11 +51,11 @@ MODELS = (
             "shared_experts": f"{_30}: no shared expert",
             "shared_intermediate": f"{_30}: no shared expert",
             "moe_layers": (
-                "[unverified] models-and-hardware.md: 48 (the transformers default says 24); "
+                "[unverified] model card: 48 (the transformers default says 24); "
                 "[secondary] slime scripts/models/qwen3-30B-A3B.sh: --num-layers 48, all MoE"
             ),
             "num_layers": (
-                "[unverified] models-and-hardware.md: 48 (the transformers default says 24); "
+                "[unverified] model card: 48 (the transformers default says 24); "
                 "[secondary] slime scripts/models/qwen3-30B-A3B.sh: --num-layers 48"
             ),
             "native_format": _FP4,

@@ -1,0 +1,80 @@
+"""Detection power of the gate on recorded samples: ``fp4bench power A.json B.json``.
+
+A and B are two runs of an unchanged stack (an A/A pair, measured on the GPU). Every sample of B is
+multiplied by ``1 + s`` for each slowdown ``s`` and B is gated against A with the policy given. The
+result is what the gate does with a true slowdown of exactly ``s`` *plus* the run-to-run shift an
+unchanged stack really shows on that machine: the FAIL rate at ``s = 0`` is the false-alarm rate,
+the rate at the floor is the chance a slowdown of that size is caught. The on-device hook
+(``--fp4-inject-slowdown``) cannot answer this exactly: the extra kernel it launches adds launch
+overhead of its own, so its realized slowdown is only known afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from fp4bench.gate.baseline import Baseline
+from fp4bench.gate.verdict import Policy, Status, compare
+
+
+@dataclass(frozen=True)
+class PowerRow:
+    """The gate's outcome on B scaled by ``1 + slowdown`` (counts over benchmarks timed in both)."""
+
+    slowdown: float  # relative, 0.05 = 5 %
+    timed: int
+    fail: int
+    ambiguous: int
+    passed: int
+    other: int  # INVALID (flagged samples) or too few samples
+    median_delta: float  # median over benchmarks of median(B scaled) / median(A) - 1
+
+    @property
+    def fail_rate(self) -> float:
+        return self.fail / self.timed if self.timed else 0.0
+
+
+def scaled(run: Baseline, factor: float) -> dict[str, tuple[tuple[float, ...], dict]]:
+    """``run`` as the current side of a comparison with every sample multiplied by ``factor``."""
+    if not factor > 0:
+        raise ValueError(f"scale factor must be > 0, got {factor}")
+    return {name: (tuple(s * factor for s in rec.samples), rec.extra_info) for name, rec in run.benchmarks.items()}
+
+
+def detection_power(a: Baseline, b: Baseline, slowdowns: Sequence[float], policy: Policy = Policy()) -> list[PowerRow]:
+    """One :class:`PowerRow` per slowdown: gate ``b * (1 + s)`` against ``a`` with ``policy``.
+
+    Only benchmarks present in both runs count (a benchmark missing from one run says nothing
+    about timing power). Raises ``IncompatibleBaseline`` when A and B are from different GPU
+    models, as the gate does."""
+    common = [n for n in a.benchmarks if n in b.benchmarks]
+    if not common:
+        raise ValueError(f"{a.source} and {b.source} have no benchmark in common")
+    rows = []
+    for s in slowdowns:
+        if not s > -1:
+            raise ValueError(f"slowdown must be > -100 %, got {s * 100:g} %")
+        current = {n: v for n, v in scaled(b, 1 + s).items() if n in a.benchmarks}
+        res = compare(a, current, policy=policy, current_fingerprint=b.fingerprint)
+        timed = [v for v in res.verdicts if v.name in current]
+        n = {st: sum(v.status is st for v in timed) for st in (Status.FAIL, Status.AMBIGUOUS, Status.PASS)}
+        deltas = [v.ratio - 1 for v in timed if v.ratio is not None]
+        rows.append(PowerRow(slowdown=s, timed=len(timed), fail=n[Status.FAIL], ambiguous=n[Status.AMBIGUOUS],
+                             passed=n[Status.PASS], other=len(timed) - sum(n.values()),
+                             median_delta=float(np.median(deltas)) if deltas else float("nan")))
+    return rows
+
+
+def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:
+    """The rows as a text table, with the policy that produced them."""
+    head = (f"gate: floor {policy.floor * 100:g}%, drift {policy.drift * 100:g}%, alpha {policy.alpha:g}, "
+            f"noise k {policy.noise_k:g}")
+    lines = [head, f"{'slowdown':>9} {'FAIL':>11} {'rate':>6} {'AMBIGUOUS':>9} {'PASS':>5} {'other':>5} "
+                   f"{'median Δ':>9}"]
+    for r in rows:
+        lines.append(f"{r.slowdown * 100:8.2f}% {r.fail:5d} / {r.timed:<3d} {r.fail_rate:6.0%} {r.ambiguous:9d} "
+                     f"{r.passed:5d} {r.other:5d} {r.median_delta * 100:+8.2f}%")
+    return "\n".join(lines)
