@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="smallest slowdown that must fail, in %% (default %(default)g)")
     ap.add_argument("--drift", type=_percent, default=d.drift * 100,
                     help="run-to-run allowance (guard band), in %% (default %(default)g)")
+    ap.add_argument("--same-unit", action="store_true",
+                    help="A and B come from one GPU though their fingerprints lack a UUID: keep the drift allowance")
     ap.add_argument("--alpha", type=_alpha, default=d.alpha,
                     help="family-wise significance level, Holm-corrected (default %(default)g)")
     return ap
@@ -62,7 +64,8 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
     try:
         policy = Policy(floor=args.floor / 100, drift=args.drift / 100, alpha=args.alpha)
-        rows = detection_power(load_baseline(args.a), load_baseline(args.b), args.slowdowns, policy)
+        rows = detection_power(load_baseline(args.a), load_baseline(args.b), args.slowdowns, policy,
+                               same_unit=args.same_unit)
     except (BaselineError, ValueError) as e:  # IncompatibleBaseline is a BaselineError
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fp4bench.gate.baseline import Baseline
+from fp4bench.gate.baseline import Baseline, check_compatible
 from fp4bench.gate.verdict import Policy, Status, compare
 
 
@@ -44,8 +44,13 @@ def scaled(run: Baseline, factor: float) -> dict[str, tuple[tuple[float, ...], d
     return {name: (tuple(s * factor for s in rec.samples), rec.extra_info) for name, rec in run.benchmarks.items()}
 
 
-def detection_power(a: Baseline, b: Baseline, slowdowns: Sequence[float], policy: Policy = Policy()) -> list[PowerRow]:
+def detection_power(a: Baseline, b: Baseline, slowdowns: Sequence[float], policy: Policy = Policy(),
+                    same_unit: bool = False) -> list[PowerRow]:
     """One :class:`PowerRow` per slowdown: gate ``b * (1 + s)`` against ``a`` with ``policy``.
+
+    ``same_unit``: A and B are known to come from one GPU although their fingerprints cannot show
+    it (recorded before ``gpu_uuid``): the run-to-run allowance is kept. Otherwise the fingerprints
+    decide, and a missing UUID counts as another unit (floor only), as in a live gate.
 
     Only benchmarks present in both runs count (a benchmark missing from one run says nothing
     about timing power). Raises ``IncompatibleBaseline`` when A and B are from different GPU
@@ -58,7 +63,9 @@ def detection_power(a: Baseline, b: Baseline, slowdowns: Sequence[float], policy
         if not s > -1:
             raise ValueError(f"slowdown must be > -100 %, got {s * 100:g} %")
         current = {n: v for n, v in scaled(b, 1 + s).items() if n in a.benchmarks}
-        res = compare(a, current, policy=policy, current_fingerprint=b.fingerprint)
+        if same_unit:
+            check_compatible(a.fingerprint, b.fingerprint)
+        res = compare(a, current, policy=policy, current_fingerprint=None if same_unit else b.fingerprint)
         timed = [v for v in res.verdicts if v.name in current]
         n = {st: sum(v.status is st for v in timed) for st in (Status.FAIL, Status.AMBIGUOUS, Status.PASS)}
         deltas = [v.ratio - 1 for v in timed if v.ratio is not None]

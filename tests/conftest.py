@@ -1,0 +1,25 @@
+"""Shared fixtures for the CPU test suite."""
+
+from __future__ import annotations
+
+import _pytest.pytester
+
+_Snapshot = _pytest.pytester.SysModulesSnapshot
+
+
+class _KeepTorchModules(_Snapshot):
+    """pytester's in-process runs forget every module first imported during the run. torch
+    registers C++ operator libraries when some of its submodules are first imported
+    (``torch.distributed._functional_collectives`` defines the ``c10d_functional`` library); a
+    second import of such a module raises "Only a single TORCH_LIBRARY can be used to register
+    the namespace", breaking every later test that reaches it. torch's modules are kept."""
+
+    def __init__(self, preserve=None) -> None:
+        def keep(name: str) -> bool:
+            return name == "torch" or name.startswith("torch.") or bool(preserve and preserve(name))
+
+        super().__init__(preserve=keep)
+
+
+# Installed at import so both of pytester's snapshots (fixture setup and each in-process run) use it.
+_pytest.pytester.SysModulesSnapshot = _KeepTorchModules
