@@ -91,3 +91,31 @@ def test_cli_ab_exit_codes_and_json(tmp_path, capsys, monkeypatch):
     assert json.loads(out.read_text())["counts"]["FAIL"] == 2
     assert ab_main(common + ["--rounds", "0"]) == 2
     assert "need --rounds >= 1" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("timer", ["span", "cupti"])
+def test_timer_choice_keeps_the_profiler_out_of_span_rounds(monkeypatch, timer):
+    """span: one profiled 3-sample request per side for the kernel names (not a sample) and
+    unprofiled rounds; cupti: every round profiled, no extra request."""
+    sent: list[tuple[str, dict]] = []
+    ask = AbRunner._ask
+
+    def recording(self, side, msg, what):
+        sent.append((side, dict(msg)))
+        return ask(self, side, msg, what)
+
+    monkeypatch.setattr(AbRunner, "_ask", recording)
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_TACTICS": "t0"})
+    run = AbRunner(a, a, AbConfig(sweep=SWEEP, device="cpu", pairs=2, round_samples=4, timeout_s=60,
+                                  plugins=("ab_env",), timer=timer)).run()
+    cases = len(run.pairs)
+    assert cases == 2 and all(p.a.status == p.b.status == "measured" for p in run.pairs)
+    timed = [(side, m) for side, m in sent if m.get("op") == "time"]
+    rounds = [side for side, m in timed if m["samples"] == 4]
+    names = [side for side, m in timed if m["samples"] == 3]
+    assert sorted(rounds) == ["A"] * 2 * cases + ["B"] * 2 * cases  # ABBA: two rounds per side
+    assert all(m["kernel_time"] is (timer == "cupti") for _, m in timed if m["samples"] == 4)
+    assert sorted(names) == (["A"] * cases + ["B"] * cases if timer == "span" else [])
+    for p in run.pairs:  # the names round adds no samples
+        assert len(p.a.samples) == len(p.b.samples) == 2 * 4

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=8, help="timing rounds per side and benchmark (default 8)")
     ap.add_argument("--round-samples", type=int, default=10, help="samples per round (default 10)")
     ap.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a request is a hang")
+    ap.add_argument("--timer", choices=("span", "cupti"), default="span",
+                    help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
+                         "cupti: kernel busy time, every round profiled (slower)")
     ap.add_argument("--l2", choices=("cold", "hot"), default="cold")
     ap.add_argument("--floor", type=_percent, default=5.0)
     ap.add_argument("--drift", type=_percent, default=2.0)
@@ -90,7 +93,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
 
         sides = (Side(args.a, dict(args.a_env)), Side(args.b, dict(args.b_env), args.b_inject_slowdown))
         runner = AbRunner(*sides, AbConfig(sweep=SweepOptions(), device=args.device, pairs=args.rounds,
-                                           round_samples=args.round_samples, timeout_s=args.case_timeout,
+                                           round_samples=args.round_samples, timeout_s=args.case_timeout, timer=args.timer,
                                            plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed))
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

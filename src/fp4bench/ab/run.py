@@ -40,6 +40,11 @@ class AbConfig:
     plugins: tuple[str, ...] = ()
     cold_l2: bool = True
     seed: int = 0
+    #: "span": a sample is the CUDA-graph replay's event span per call (what a graph-serving
+    #: engine pays, launch gaps included), the kernel names come from one extra profiled round;
+    #: "cupti": every round is profiled and a sample is kernel busy time, as in the pytest run.
+    #: Both sides always use the same timer; "span" keeps the profiler out of the rounds.
+    timer: str = "span"
 
 
 @dataclass
@@ -146,15 +151,24 @@ class AbRunner:
             self.progress(f"[{s}] {where} prepared + checked {name}: {r.status} in {r.check_s:.1f} s")
         order: list[str] = []
         if all(res[s].status == "measured" for s in SIDES):
-            for s in abba(self.cfg.pairs):
-                reply = self._ask(s, {"op": "time", "case": entries[s]["case"],
-                                      "samples": self.cfg.round_samples}, f"timing {name}")
+            cupti = self.cfg.timer == "cupti"
+            if not cupti:  # the kernel names, from one profiled round per side that is not a sample
+                for s in SIDES:
+                    reply = self._ask(s, {"op": "time", "case": entries[s]["case"], "samples": 3,
+                                          "kernel_time": True}, f"kernel names {name}")
+                    if reply.get("status") != "measured":
+                        res[s].status, res[s].reason = "failed", f"while profiling: {reply.get('reason')}"
+                    else:
+                        res[s].extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
+            for s in abba(self.cfg.pairs) if all(res[x].status == "measured" for x in SIDES) else ():
+                reply = self._ask(s, {"op": "time", "case": entries[s]["case"], "samples": self.cfg.round_samples,
+                                      "kernel_time": cupti}, f"timing {name}")
                 if reply.get("status") != "measured":
                     res[s].status, res[s].reason = "failed", f"during timing: {reply.get('reason')}"
                     break
                 t = reply["timing"]
                 res[s].samples += t["samples_s"]
-                if "kernels" in (t.get("extra") or {}):  # CUPTI names of the timed kernels
+                if cupti and "kernels" in (t.get("extra") or {}):  # CUPTI names of the timed kernels
                     res[s].extra_info["kernels"] = t["extra"]["kernels"]
                 res[s].extra_info.update(timer=t["method"], calls_per_sample=t["calls_per_sample"])
                 order.append(s)

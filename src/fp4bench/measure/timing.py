@@ -208,14 +208,26 @@ def time_cpu(fns: Sequence[Fn], cfg: TimingConfig) -> TimingResult:
                         note="CPU-only backend: wall clock, not GPU time", wall_s=time.perf_counter() - s.t0)
 
 
-def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_graph_reason: str | None = None
-             ) -> TimingResult:
-    """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events.
+@dataclass
+class Captured:
+    """A case made ready to sample: warmed up, sized (``calls`` per sample) and, in graph mode,
+    captured once. Reusing it across short timing rounds keeps warm-up, sizing and capture out of
+    every round (``fp4bench ab`` times one case in many alternating rounds)."""
 
-    ``no_graph_reason``: the callable is known not to be capturable; events are used directly
-    and the reason goes into the note."""
-    if cfg.mode == "cpu":
-        return time_cpu(fns, cfg)
+    replay: Callable[[], None]
+    stream: torch.cuda.Stream
+    calls: int
+    copies: int
+    method: str
+    note: str
+    estimate_s: float
+    graph: Any = None  # keeps the captured graph alive as long as ``replay`` may be called
+
+
+def capture_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device,
+                no_graph_reason: str | None = None) -> Captured:
+    """Warm up ``fns``, estimate one call, size a sample and capture it as a CUDA graph (or, where
+    capture fails or the backend cannot be captured, a plain back-to-back body timed by events)."""
     if not fns:
         raise ValueError("time_gpu needs at least one callable")
     stream = torch.cuda.Stream(device)
@@ -250,12 +262,28 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
             note = (note + "; " if note else "") + f"graph capture failed ({type(exc).__name__}: {exc}); fell back to events"
     if graph is None:
         method = f"cuda-events x{n} back-to-back"
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s = _Sampler(cfg)
     replay = graph.replay if graph is not None else body
-    prof = _profiler() if cfg.kernel_time else None
     with torch.cuda.stream(stream):
         replay()  # one untimed replay: first replay uploads the graph
+    torch.cuda.synchronize(device)
+    return Captured(replay, stream, n, len(fns), method, note, est, graph)
+
+
+def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_graph_reason: str | None = None,
+             captured: Captured | None = None) -> TimingResult:
+    """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events.
+
+    ``no_graph_reason``: the callable is known not to be capturable; events are used directly
+    and the reason goes into the note. ``captured``: a :func:`capture_gpu` of the same ``fns``
+    and ``cfg`` to sample again instead of capturing anew."""
+    if cfg.mode == "cpu":
+        return time_cpu(fns, cfg)
+    cap = captured if captured is not None else capture_gpu(fns, cfg, device, no_graph_reason)
+    n, stream, replay, method, note = cap.calls, cap.stream, cap.replay, cap.method, cap.note
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s = _Sampler(cfg)
+    prof = _profiler() if cfg.kernel_time else None
+    with torch.cuda.stream(stream):
         torch.cuda.synchronize(device)
         if prof is not None:
             prof.start()
@@ -269,7 +297,7 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
             end.synchronize()
             s.samples.append(start.elapsed_time(end) / 1e3 / n)
         wall = time.perf_counter() - s.t0
-        extra: dict[str, Any] = {"estimate_s": est}
+        extra: dict[str, Any] = {"estimate_s": cap.estimate_s}
         samples = s.samples
         if prof is not None:
             try:
@@ -289,8 +317,7 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
                 note = (note + "; " if note else "") + "profiler grouping failed; event span per call reported"
         if cfg.energy_window_s > 0:
             extra.update(_energy(replay, n, cfg.energy_window_s, device))
-    del graph
-    return TimingResult(samples, method, n, len(fns), why, median_rel_ci(samples), note=note,
+    return TimingResult(samples, method, n, cap.copies, why, median_rel_ci(samples), note=note,
                         wall_s=wall, extra=extra)
 
 

@@ -42,7 +42,7 @@ class Child:
         gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
         self.runner = CaseRunner(self.device, timing, cold_l2=init.get("cold_l2", True),
                                  seed=init.get("seed", 0), peaks=gpu_peaks)
-        self._calls: dict[str, tuple[Any, list]] = {}  # case key -> (backend, timed callables)
+        self._calls: dict[str, tuple[Any, list, Any]] = {}  # case key -> (backend, timed callables, capture)
 
     # -- requests -------------------------------------------------------------------------
     def _case(self, case: dict[str, Any]):
@@ -90,22 +90,31 @@ class Child:
         return out
 
     def time(self, req: dict[str, Any]) -> dict[str, Any]:
-        """One short timing round with a fixed sample count (no stop rule: rounds stay equal)."""
-        from fp4bench.measure.timing import time_cpu, time_gpu
+        """One short timing round with a fixed sample count (no stop rule: rounds stay equal).
+
+        The case is warmed up, sized and captured on its first round and replayed as captured in
+        every later round until ``drop``, so a round costs its samples, not a capture.
+        ``kernel_time`` (default: the worker's timing config) picks CUPTI busy time or the event
+        span of each replay."""
+        from fp4bench.measure.timing import capture_gpu, time_cpu, time_gpu
 
         key = json.dumps(req["case"], sort_keys=True)
+        n = int(req.get("samples", 10))
+        cfg = dataclasses.replace(self.runner.timing, min_samples=max(3, n), max_samples=max(3, n),
+                                  target_rel_ci=None, time_budget_s=0.0)
+        if "kernel_time" in req:
+            cfg = dataclasses.replace(cfg, kernel_time=bool(req["kernel_time"]))
         if key not in self._calls:
             got = self._case(req["case"])
             if not isinstance(got, tuple):
                 return protocol.encode_result(got)
             backend, problem, tactic = got
-            self._calls = {key: (backend, self.runner.timed_calls(backend, problem, tactic))}
-        backend, fns = self._calls[key]
-        n = int(req.get("samples", 10))
-        cfg = dataclasses.replace(self.runner.timing, min_samples=max(3, n), max_samples=max(3, n),
-                                  target_rel_ci=None, time_budget_s=0.0)
+            fns = self.runner.timed_calls(backend, problem, tactic)
+            cap = capture_gpu(fns, cfg, self.device, backend.no_graph_reason) if self.device.type == "cuda" else None
+            self._calls = {key: (backend, fns, cap)}
+        backend, fns, cap = self._calls[key]
         if self.device.type == "cuda":
-            t = time_gpu(fns, cfg, self.device, backend.no_graph_reason)
+            t = time_gpu(fns, cfg, self.device, backend.no_graph_reason, captured=cap)
         else:
             t = time_cpu(fns, dataclasses.replace(cfg, mode="cpu"))
         return {"status": "measured", "reason": "", "timing": protocol.finite(dataclasses.asdict(t))}
