@@ -148,7 +148,8 @@ class AbRunner:
             r.status, r.reason = reply.get("status", "failed"), reply.get("reason", "")
             r.extra_info = dict(reply.get("extra_info") or {})
             r.digest = reply.get("operand_digest")
-            self.progress(f"[{s}] {where} prepared + checked {name}: {r.status} in {r.check_s:.1f} s")
+            why = f" ({r.reason.splitlines()[0][:200]})" if r.status != "measured" and r.reason else ""
+            self.progress(f"[{s}] {where} prepared + checked {name}: {r.status} in {r.check_s:.1f} s{why}")
         order: list[str] = []
         if all(res[s].status == "measured" for s in SIDES):
             cupti = self.cfg.timer == "cupti"
