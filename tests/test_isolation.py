@@ -145,6 +145,13 @@ def test_isolated_run_loses_only_the_faulty_cases(pytester):
     assert logged.complete and not logged.not_reached and len(logged.outcomes) == 5
     bf16 = [n for n in logged.run.benchmarks if "torch-bf16" in n]
     assert len(bf16) == 2 and all(len(logged.run.benchmarks[n].samples) >= 3 for n in bf16)
+    # each failure's logged reason is its own first message line, not the traceback's last line
+    reasons = {json.loads(line)["fullname"].split("[")[1].split("-default")[0]: json.loads(line)["reason"]
+               for line in (pytester.path / "run.lines.jsonl").read_text().splitlines()
+               if json.loads(line).get("outcome") == "failed"}
+    assert "killed by SIGABRT (abort)" in reasons["fault-abort"]
+    assert "within 6 s" in reasons["fault-hang"]
+    assert "CUDA context poisoned" in reasons["fault-sticky"] and faults.SIMULATED_STICKY in reasons["fault-sticky"]
 
 
 # --- SIGKILL part-way: the line log keeps every finished case ---------------------------------

@@ -99,7 +99,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
     avail = {key: st.availability[key]} if key in st.availability else {}
     reason = rep.longrepr[2] if rep.skipped and isinstance(rep.longrepr, tuple) else (
-        rep.longreprtext.strip().splitlines()[-1][:500] if rep.failed and rep.longreprtext.strip() else "")
+        _failure_reason(rep) if rep.failed else "")
     log.case(item.nodeid, rep.outcome, samples, extra, avail, reason)
 
 
@@ -114,3 +114,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if log is not None:
         log.end(exitstatus=int(exitstatus), interrupted=st.interrupted)
         log.close()
+
+
+def _failure_reason(rep: pytest.TestReport) -> str:
+    """The first line of the failure's own message (what failed and why), not the traceback's
+    last line (for a CUDA error that is torch's hint about TORCH_USE_CUDA_DSA)."""
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    text = getattr(crash, "message", "") or rep.longreprtext
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:500] if lines else ""
+

@@ -98,6 +98,10 @@ class Hang(_Fault):
 
 
 SIMULATED_STICKY = "CUDA error: device-side assert triggered (simulated by fault-sticky on a CPU-only machine)"
+#: the lines torch appends to a CUDA error's message, so the simulated error reads like the real one
+TORCH_CUDA_ERROR_HINT = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
+                         "stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+                         "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
 
 
 class Sticky(_Fault):
@@ -111,7 +115,7 @@ class Sticky(_Fault):
             src[bad] += 1  # index out of range: device-side assert, the context is poisoned
             torch.cuda.synchronize(out.device)
             return out
-        raise RuntimeError(SIMULATED_STICKY)
+        raise RuntimeError(f"{SIMULATED_STICKY}\n{TORCH_CUDA_ERROR_HINT}")
 
 
 BACKENDS = [ZeroBand(), Unwritten(), NaNOutput(), BitFlip(), Abort(), Hang(), Sticky()]
