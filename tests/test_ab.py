@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fp4bench.ab.judge import judge, to_json
+from fp4bench.ab.judge import judge, report, to_json
 from fp4bench.ab.run import AbConfig, AbRunner, Side
 from fp4bench.ab.schedule import abba
 from fp4bench.cli_ab import ab_main
@@ -119,3 +119,25 @@ def test_timer_choice_keeps_the_profiler_out_of_span_rounds(monkeypatch, timer):
     assert sorted(names) == (["A"] * cases + ["B"] * cases if timer == "span" else [])
     for p in run.pairs:  # the names round adds no samples
         assert len(p.a.samples) == len(p.b.samples) == 2 * 4
+
+
+def test_interrupted_run_judges_what_finished_and_lists_the_rest():
+    """SIGINT (a time limit via ``timeout -s INT``, Ctrl-C) during the second benchmark: the first
+    is judged, the others are listed as not reached, the workers are gone, the report says so."""
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_TACTICS": "t0,t1"})
+    seen: list[str] = []
+
+    def progress(line: str) -> None:
+        seen.append(line)
+        if "2/4 prepared + checked" in line:
+            raise KeyboardInterrupt
+
+    runner = AbRunner(a, a, AbConfig(sweep=SWEEP, device="cpu", pairs=1, round_samples=3, timeout_s=60,
+                                     plugins=("ab_env",)), progress=progress)
+    run = runner.run()
+    assert len(run.pairs) == 1 and len(run.not_reached) == 3
+    assert all(w.proc is None for w in runner.workers.values())
+    result = judge(run, Policy(floor=0.2))
+    text = report(run, result)
+    assert "INCOMPLETE: interrupted, 3 benchmarks not reached" in text
+    assert to_json(run, result)["not_reached"] == run.not_reached

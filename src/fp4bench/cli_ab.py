@@ -108,4 +108,4 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(run, result), indent=2, default=str) + "\n")
         print(f"verdicts written to {args.json}")
-    return EXIT_REGRESSION if result.exit_code else EXIT_OK
+    return EXIT_REGRESSION if result.exit_code or run.not_reached else EXIT_OK

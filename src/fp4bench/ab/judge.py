@@ -90,6 +90,9 @@ def report(run: AbRun, result: CompareResult) -> str:
         lines += _render(["benchmark", "A", "B"], [list(c) for c in changed], [False, False, False])
         lines.append("")
     lines.append(verdict_table(result))
+    if run.not_reached:
+        lines.append(f"INCOMPLETE: interrupted, {len(run.not_reached)} benchmarks not reached (not judged): "
+                     + ", ".join(run.not_reached[:5]) + (" ..." if len(run.not_reached) > 5 else ""))
     return "\n".join(lines)
 
 
@@ -111,5 +114,5 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
         "policy": dataclasses.asdict(result.policy), "check_seconds": run.check_seconds,
         "counts": result.counts(), "exit_code": result.exit_code,
         "delta_abs": None if spread is None else dict(zip(("n", "median", "p95", "max"), spread)),
-        "benchmarks": rows,
+        "benchmarks": rows, "not_reached": list(run.not_reached),
     }

@@ -73,6 +73,8 @@ class AbRun:
     versions: dict[str, dict[str, str | None]]
     pairs: list[Paired]
     check_seconds: dict[str, float]
+    #: benchmarks listed but never judged because the run was interrupted (Ctrl-C / SIGINT)
+    not_reached: list[str] = field(default_factory=list)
 
 
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
@@ -121,15 +123,22 @@ class AbRunner:
         by_side = {s: {c["id"]: c for c in listed[s]["cases"]} for s in SIDES}
         names = list(by_side["A"]) + [n for n in by_side["B"] if n not in by_side["A"]]
         check_s = {s: 0.0 for s in SIDES}
-        pairs = []
-        for i, name in enumerate(names, 1):
-            p = self._one(name, by_side, f"{i}/{len(names)}")
-            check_s["A"] += p.a.check_s
-            check_s["B"] += p.b.check_s
-            pairs.append(p)
-        for w in self.workers.values():
-            w.close()
-        return AbRun(fps, {s: listed[s]["versions"] for s in SIDES}, pairs, check_s)
+        pairs: list[Paired] = []
+        interrupted = False
+        try:
+            for i, name in enumerate(names, 1):
+                p = self._one(name, by_side, f"{i}/{len(names)}")
+                check_s["A"] += p.a.check_s
+                check_s["B"] += p.b.check_s
+                pairs.append(p)
+        except KeyboardInterrupt:  # a time limit (timeout -s INT) or Ctrl-C: judge what finished
+            interrupted = True
+            self.progress(f"interrupted: {len(names) - len(pairs)} of {len(names)} benchmarks not reached")
+        finally:
+            for w in self.workers.values():
+                w.kill() if interrupted else w.close()  # an interrupted worker may be mid-case
+        return AbRun(fps, {s: listed[s]["versions"] for s in SIDES}, pairs, check_s,
+                     not_reached=names[len(pairs):])
 
     def _one(self, name: str, by_side: dict, where: str) -> Paired:
         res = {s: SideResult() for s in SIDES}
