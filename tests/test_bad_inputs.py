@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-import fp4bench.plugin
+import fp4bench.session
 from _benchjson import B200, H200, bench_entry, bench_json, samples
 from fp4bench.backends import registry
 from fp4bench.backends.base import Availability, Prepared, Tactic
@@ -482,7 +482,7 @@ def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
     def poisoned(st):
         st.health = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
-    monkeypatch.setattr(fp4bench.plugin, "_check_health", poisoned)
+    monkeypatch.setattr(fp4bench.session.Fp4Session, "check_health", poisoned)
     res = bench.runpytest(*BF16, "--fp4-save-baseline", "poisoned.json")
     assert res.ret == 1
     sec = json.loads((bench.path / "poisoned.json").read_text())["fp4bench"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fp4bench.linelog import SUFFIX, LineLog
+from fp4bench.session import session_of
 
 _LOG = pytest.StashKey[LineLog]()
 _PLANNED = pytest.StashKey[list]()
@@ -40,12 +41,10 @@ def isolated_runner(config: pytest.Config, runner, device: str):
 
 
 def _log_path(config: pytest.Config) -> Path | None:
-    from fp4bench.plugin import _JSON_PATH
-
     explicit = config.getoption("fp4_log", default=None)
     if explicit:
         return Path(explicit)
-    json_path = config.stash.get(_JSON_PATH, None)
+    json_path = session_of(config).json_path
     return Path(str(json_path) + SUFFIX) if json_path is not None else None
 
 
@@ -62,13 +61,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _log(config: pytest.Config) -> LineLog | None:
-    from fp4bench.plugin import _state
-
     log = config.stash.get(_LOG, None)
     if log is not None:
         return log
     path = _log_path(config)
-    st = _state(config)
+    st = session_of(config)
     if path is None or not st.ready:
         return None
     log = LineLog(path)
@@ -89,9 +86,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if log is None:
         return
     from fp4bench.gate.baseline import availability_key
-    from fp4bench.plugin import _state
-
-    st = _state(item.config)
+    st = session_of(item.config)
     samples, extra = st.measured.get(item.nodeid, (None, None))
     if extra is None:
         bench = getattr(item, "funcargs", {}).get("benchmark")
@@ -104,9 +99,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from fp4bench.plugin import _state
-
-    st = _state(session.config)
+    st = session_of(session.config)
     close = getattr(st.runner, "close", None)
     if close is not None:
         close()

@@ -7,6 +7,7 @@ every backend and tactic before the next problem is drawn).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -48,6 +49,44 @@ class CaseSpec:
     @property
     def id(self) -> str:
         return f"{self.backend}-{self.tactic.label}-{self.problem.id}"
+
+
+def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: bool) -> SweepOptions:
+    """The sweep to run. ``given(name)`` is an option's value (``None`` when not given): given
+    values win; then the active baseline's ``sweep`` (a compare run measures what the baseline
+    measured, so nothing is MISSING by accident); then the defaults. ``ValueError`` names a bad value."""
+    from fp4bench.workloads import parse_ints, parse_models, parse_routings, parse_tps
+
+    def pick(option: str, key: str, default):
+        v = given(option)
+        if v is not None:
+            return v
+        b = base.get(key)
+        if isinstance(b, list):
+            return ",".join(str(x) for x in b)
+        return b if b is not None else default
+
+    models = parse_models(pick("models", "models", "glm-5"))
+    batches = pick("batches", "batches", "1,64,512" if on_gpu else "1,16")
+    backends = given("backends") or (",".join(base["backends"]) if base.get("backends") else None)
+    kinds = tuple(k.strip() for k in pick("kinds", "kinds", "dense,grouped,moe").split(",") if k.strip())
+    bad = [k for k in kinds if k not in ("dense", "grouped", "moe")]
+    if bad:
+        raise ValueError(f"--fp4-kinds: unknown kind(s) {bad}; use dense, grouped, moe")
+    if backends:
+        from fp4bench.backends.registry import get_backend
+
+        for b in backends.split(","):
+            get_backend(b.strip())  # raises ValueError naming the unknown backend
+    full = bool(pick("full", "full", False))
+    tactics = pick("tactics", "tactics", "all" if full else "default")
+    routings = pick("routing", "routings", "uniform")
+    parse_routings(routings)  # a bad spec is a usage error now, not a collection traceback
+    return SweepOptions(models=tuple(m.name for m in models), batches=parse_ints(batches, "batch"),
+                        tps=parse_tps(str(pick("tp", "tps", "1")), models),
+                        routings=tuple(r.strip() for r in routings.split(",") if r.strip()),
+                        kinds=kinds, backends=tuple(b.strip() for b in backends.split(",")) if backends else None,
+                        full=full, tactics=tactics, seed=given("seed"))
 
 
 def operand_bytes(problem: Problem) -> int:
