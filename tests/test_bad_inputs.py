@@ -243,7 +243,7 @@ def test_approve_rows(tmp_path, capsys, cand, args, code, message):
     _put(tmp_path, "root/nvidia-h200/approved.json", _file(_runs(), sweep={"l2": "cold"}))
     before = approved.read_bytes()
     c = _put(tmp_path, "cand.json", cand())
-    rc, out, err = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root"), *args])
+    rc, out, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root"), *args])
     assert rc == code, out + err
     assert message in err
     assert approved.read_bytes() == before  # the approved baseline is untouched
@@ -253,9 +253,9 @@ def test_approve_rows(tmp_path, capsys, cand, args, code, message):
 def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
     approved = _approved(tmp_path)
     c = _put(tmp_path, "cand.json", _file(_runs(names=NAMES[:1])))
-    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root")])
+    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root")])
     assert rc == 2 and f"approving would stop gating them (use force to shrink the baseline):\n  {NAMES[1]}" in err
-    rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root"), "--force"])
+    rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root"), "--force"])
     assert rc == 0 and f"no longer gated (1 benchmarks of the previous baseline):\n  {NAMES[1]}" in out
     assert json.loads(approved.read_text())["fp4bench"]["approval"]["forced"] is True
 
@@ -272,7 +272,7 @@ def test_approve_into_an_unwritable_folder(tmp_path, capsys, monkeypatch, how):
         _put(tmp_path, "root/nvidia-h200", "not a folder")
         message = "cannot write"
     c = _put(tmp_path, "cand.json", GOOD)
-    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--root", str(root)])
+    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(root)])
     assert rc == 2 and message in err
 
 
@@ -382,7 +382,7 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("bad routing + baseline", ["--fp4-routing", "zipf:abc", "--fp4-baseline", "base.json"], lambda d: d, 4,
      "Zipf exponent 'abc' is not a number"),
     ("bad floor + baseline", ["--fp4-floor", "nan", "--fp4-baseline", "base.json"], lambda d: d, 4,
-     "fp4bench: Policy.floor is a relative change (0.05 = 5 %), got nan"),
+     "argument --fp4-floor: percentage must be in [0, 1000), got nan"),
     ("baseline 200k deep", ["--fp4-baseline", "base.json"], lambda d: "[" * 200_000 + "]" * 200_000, 4,
      "fp4bench baseline: baseline file base.json nests JSON too deeply to be a baseline"),
     ("baseline is a folder", ["--fp4-baseline", "."], None, 4, "fp4bench baseline: baseline file . is not a file"),
@@ -471,7 +471,7 @@ def test_injected_slowdown_is_recorded_and_never_approved(bench, capsys):
     sec = json.loads((bench.path / "inj.json").read_text())["fp4bench"]
     assert sec["sweep"]["inject_slowdown"] == 0.05 and sec["clean"] is False
     assert sec["sweep"]["l2"] == "hot" and sec["sweep"]["timer"] == "cpu"
-    rc, _, err = _cli(capsys, ["baseline", "approve", str(bench.path / "inj.json"), "--root",
+    rc, _, err = _cli(capsys, ["baseline", "approve", str(bench.path / "inj.json"), "--baselines",
                                str(bench.path / "root"), "--force"])
     assert rc == 2 and "it can never be approved" in err
 

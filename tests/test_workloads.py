@@ -1,4 +1,4 @@
-"""Workloads: routing, decode problems, the doc's arithmetic, alignment/padding, option parsing."""
+"""Workloads: routing, decode problems, the doc's arithmetic, alignment/padding."""
 
 from __future__ import annotations
 
@@ -26,11 +26,7 @@ from fp4bench.workloads import (
     decode_problems,
     expected_active_experts,
     mean_tokens_per_expert,
-    parse_ints,
-    parse_models,
     parse_routing,
-    parse_routings,
-    parse_tps,
     route,
     route_tensor,
     rows_per_active_expert,
@@ -417,53 +413,3 @@ def test_scale_padding_note_rejects_partial_blocks():
         scale_padding_note(40)
     with pytest.raises(ValueError, match="nvfp4/mxfp4"):
         scale_padding_note(64, "bf16")
-
-
-# ---------------------------------------------------------------------------------- parsing
-
-
-def test_parse_models():
-    assert [m.name for m in parse_models("glm-5,deepseek-v3")] == ["glm-5", "deepseek-v3"]
-    assert [m.name for m in parse_models(" deepseek-r1 , deepseek-v3,GLM-5")] == ["deepseek-v3", "glm-5"]
-    assert [m.name for m in parse_models("all")] == list_models()
-
-
-@pytest.mark.parametrize(
-    "bad, match",
-    [("glm-5,nope", "unknown model 'nope'"), ("", "comma-separated"), ("glm-5,,qwen3-30b", "empty item")],
-)
-def test_parse_models_errors(bad, match):
-    with pytest.raises(ValueError, match=match):
-        parse_models(bad)
-
-
-def test_parse_ints():
-    assert parse_ints("1,16,512") == (1, 16, 512)
-    assert parse_ints(" 8 , 8, 1") == (8, 1)
-
-
-@pytest.mark.parametrize(
-    "bad, match",
-    [("1,x", "'x' in '1,x' is not an integer"), ("1.5", "not an integer"), ("0", "must be positive, got 0"),
-     ("4,-2", "must be positive, got -2"), ("", "comma-separated"), ("1,", "empty item")],
-)
-def test_parse_ints_errors(bad, match):
-    with pytest.raises(ValueError, match=match):
-        parse_ints(bad, "batch")
-    with pytest.raises(ValueError, match="^batch"):
-        parse_ints(bad, "batch")
-
-
-def test_parse_tps_checks_divisibility():
-    models = parse_models("glm-5,qwen3-235b-a22b")
-    assert parse_tps("1,2,8,16", models) == (1, 2, 8, 16)
-    with pytest.raises(ValueError, match="TP=3 does not divide glm-5"):
-        parse_tps("1,3", models)
-    with pytest.raises(ValueError, match="^tp: values must be positive"):
-        parse_tps("0")
-
-
-def test_parse_routings():
-    assert [r.tag for r in parse_routings("uniform, zipf:1.2,zipf1.2")] == ["uniform", "zipf1.2"]
-    with pytest.raises(ValueError, match="unknown routing 'gauss'"):
-        parse_routings("uniform,gauss")

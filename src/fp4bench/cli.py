@@ -58,10 +58,12 @@ def _env(argv: Sequence[str]) -> int:
 
 def _baseline(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="fp4bench baseline")
+    from fp4bench.options import BASELINES
+
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("approve", help="copy a candidate to baselines/<gpu>/approved.json")
     a.add_argument("candidate")
-    a.add_argument("--root", default="baselines")
+    BASELINES.add(a.add_argument)
     a.add_argument("--force", action="store_true",
                    help="approve even a run with failures/regressions, fewer benchmarks than the approved "
                         "baseline, or another L2 mode/timer (never a run with an injected slowdown)")
@@ -69,7 +71,7 @@ def _baseline(argv: Sequence[str]) -> int:
     from fp4bench.gate.baseline import BaselineError, approve
 
     try:
-        res = approve(args.candidate, args.root, force=args.force)
+        res = approve(args.candidate, args.baselines, force=args.force)
     except BaselineError as exc:
         print(f"fp4bench baseline approve: {exc}", file=sys.stderr)
         return 2
@@ -88,8 +90,8 @@ def _workload(argv: Sequence[str]) -> int:
     ap.add_argument("--batch", default="512,1024")
     ap.add_argument("--tp", type=int, default=1)
     args = ap.parse_args(argv)
-    from fp4bench.workloads import (arithmetic_intensity, expected_active_experts, get_model,
-                                    mean_tokens_per_expert, parse_ints)
+    from fp4bench.options import parse_ints
+    from fp4bench.workloads import arithmetic_intensity, expected_active_experts, get_model, mean_tokens_per_expert
 
     try:
         m = get_model(args.model)

@@ -17,27 +17,14 @@ from typing import Any
 
 import pytest
 
+from fp4bench.options import BASELINES, GATE, SWEEP, add_options
 from fp4bench.session import SESSION, Fp4Session
 from fp4bench.session import session_of as _state
-
-ROOT_DEFAULT = "baselines"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("fp4bench", "fp4bench: FP4 GEMM regression suite")
-    g.addoption("--fp4-models", default=None, help="comma-separated models (default glm-5, or the baseline's)")
-    g.addoption("--fp4-batches", default=None, help="decode batch sizes (default 1,64,512 on GPU, 1,16 on CPU)")
-    g.addoption("--fp4-tp", default=None, help="tensor-parallel sizes (default 1)")
-    g.addoption("--fp4-routing", default=None, help="routings: uniform, zipf:<s> (comma-separated; default uniform)")
-    g.addoption("--fp4-kinds", default=None, help="problem kinds to run (default dense,grouped,moe)")
-    g.addoption("--fp4-backends", default=None, help="comma-separated backend names (default: all)")
-    g.addoption("--fp4-full", action="store_true", default=None, help="every tactic and the dense M sweep 1..16384")
-    g.addoption("--fp4-tactics", choices=("default", "all"), default=None,
-                help="default: one tactic per backend (quick); all: every tile config / tactic")
-    g.addoption("--fp4-plugin", action="append", default=[], help="import a module defining BACKENDS")
-    g.addoption("--fp4-device", default=None, help="torch device (default cuda:0 if present, else cpu)")
-    g.addoption("--fp4-l2", choices=("cold", "hot"), default="cold", help="L2 state while timing (default cold)")
-    g.addoption("--fp4-seed", type=int, default=0)
+    add_options(g.addoption, SWEEP, "fp4-")
     g.addoption("--fp4-time-budget", type=float, default=None, help="seconds of sampling per case")
     g.addoption("--fp4-target-ci", type=float, default=0.005, help="stop at this relative 95%% CI of the median")
     g.addoption("--fp4-min-samples", type=int, default=10)
@@ -45,18 +32,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="seconds of extra replay per case to measure joules per GEMM via NVML (0: off)")
     g.addoption("--fp4-inject-slowdown", type=float, default=0.0,
                 help="TEST-ONLY: add this fraction of GPU busy time per call inside the timed graph")
-    g.addoption("--fp4-baselines", default=ROOT_DEFAULT, help="baseline root folder (default baselines/)")
+    BASELINES.add(g.addoption, "fp4-")
     g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against")
     g.addoption("--fp4-save-baseline", nargs="?", const="auto", default=None,
                 help="write this run as a candidate baseline (default path baselines/<gpu>/candidates/<UTC>.json)")
-    g.addoption("--fp4-floor", type=float, default=5.0, help="slowdown in %% that must fail (default 5)")
-    g.addoption("--fp4-drift", type=float, default=2.0,
-                help="run-to-run shift in %% of an unchanged stack; the guard band below the floor (default 2)")
-    g.addoption("--fp4-alpha", type=float, default=0.05, help="family-wise significance level")
-    g.addoption("--fp4-allow-missing", action="store_true", help="baseline benchmarks not run are not a failure")
-    g.addoption("--fp4-allow-ambiguous", action="store_true",
-                help="INVALID verdicts and too-few-samples cases do not fail the run (by default they do)")
-    g.addoption("--fp4-fail-on-ambiguous", action="store_true", help="every AMBIGUOUS verdict fails the run too")
+    add_options(g.addoption, GATE, "fp4-")
     g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
     g.addoption("--fp4-isolate", action="store_true",
                 help="run each case in a worker process: a crash, hang or poisoned CUDA context costs one case")

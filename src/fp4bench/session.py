@@ -57,6 +57,7 @@ class Fp4Session:
         from fp4bench.gate.verdict import Policy
         from fp4bench.measure import peaks
         from fp4bench.measure.timing import TimingConfig
+        from fp4bench.options import policy_kwargs
 
         opt = self.config.getoption
         for mod in opt("fp4_plugin"):
@@ -81,9 +82,7 @@ class Fp4Session:
             from fp4bench.plugin_runlog import isolated_runner
 
             self.runner = isolated_runner(self.config, self.runner, str(self.device))
-        self.policy = Policy(floor=opt("fp4_floor") / 100.0, drift=opt("fp4_drift") / 100.0, alpha=opt("fp4_alpha"),
-                             allow_missing=opt("fp4_allow_missing"), allow_ambiguous=opt("fp4_allow_ambiguous"),
-                             fail_on_ambiguous=opt("fp4_fail_on_ambiguous"))
+        self.policy = Policy(**policy_kwargs(lambda name: opt("fp4_" + name.replace("-", "_"))))
 
     def measurement(self) -> dict[str, Any]:
         """How this run takes its times, recorded in the saved ``sweep`` and checked against the
@@ -94,11 +93,15 @@ class Fp4Session:
 
     def sweep_options(self):
         """The sweep to run: options, else the active baseline's sweep, else the defaults."""
+        from fp4bench.backends.registry import get_backend
         from fp4bench.sweep import sweep_options
 
         base = dict(self.baseline.sweep) if self.baseline is not None and self.baseline.sweep else {}
-        return sweep_options(lambda name: self.config.getoption("fp4_" + name), base,
-                             on_gpu=self.device.type == "cuda")
+        opts = sweep_options(lambda name: self.config.getoption("fp4_" + name), base,
+                             on_gpu=self.device.type == "cuda", flag="--fp4-")
+        for b in opts.backends or ():
+            get_backend(b)  # raises ValueError naming the unknown backend
+        return opts
 
     # -- before the run: baseline and candidate file ----------------------------------------
     def activate_baseline(self, explicit: str | None) -> None:

@@ -51,11 +51,14 @@ class CaseSpec:
         return f"{self.backend}-{self.tactic.label}-{self.problem.id}"
 
 
-def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: bool) -> SweepOptions:
-    """The sweep to run. ``given(name)`` is an option's value (``None`` when not given): given
-    values win; then the active baseline's ``sweep`` (a compare run measures what the baseline
-    measured, so nothing is MISSING by accident); then the defaults. ``ValueError`` names a bad value."""
-    from fp4bench.workloads import parse_ints, parse_models, parse_routings, parse_tps
+def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: bool,
+                  flag: str = "--") -> SweepOptions:
+    """The sweep to run from the ``options.SWEEP`` values; ``given(name)`` is an option's value
+    (``None``: not given). Given values win; then the active baseline's ``sweep`` (a compare run
+    measures what the baseline measured, so nothing is MISSING by accident); then the defaults.
+    ``ValueError`` names the bad value and its option (``flag`` + name). Backend names are not
+    checked here (a worker may register backends its parent does not know)."""
+    from fp4bench.options import parse_ints, parse_kinds, parse_models, parse_routings, parse_tps, split_list
 
     def pick(option: str, key: str, default):
         v = given(option)
@@ -63,30 +66,23 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
             return v
         b = base.get(key)
         if isinstance(b, list):
-            return ",".join(str(x) for x in b)
+            return ",".join(str(x) for x in b) if b else default
         return b if b is not None else default
 
-    models = parse_models(pick("models", "models", "glm-5"))
-    batches = pick("batches", "batches", "1,64,512" if on_gpu else "1,16")
-    backends = given("backends") or (",".join(base["backends"]) if base.get("backends") else None)
-    kinds = tuple(k.strip() for k in pick("kinds", "kinds", "dense,grouped,moe").split(",") if k.strip())
-    bad = [k for k in kinds if k not in ("dense", "grouped", "moe")]
-    if bad:
-        raise ValueError(f"--fp4-kinds: unknown kind(s) {bad}; use dense, grouped, moe")
-    if backends:
-        from fp4bench.backends.registry import get_backend
-
-        for b in backends.split(","):
-            get_backend(b.strip())  # raises ValueError naming the unknown backend
+    models = parse_models(pick("models", "models", "glm-5"), f"{flag}models")
+    backends = pick("backends", "backends", None)
     full = bool(pick("full", "full", False))
-    tactics = pick("tactics", "tactics", "all" if full else "default")
     routings = pick("routing", "routings", "uniform")
-    parse_routings(routings)  # a bad spec is a usage error now, not a collection traceback
-    return SweepOptions(models=tuple(m.name for m in models), batches=parse_ints(batches, "batch"),
-                        tps=parse_tps(str(pick("tp", "tps", "1")), models),
-                        routings=tuple(r.strip() for r in routings.split(",") if r.strip()),
-                        kinds=kinds, backends=tuple(b.strip() for b in backends.split(",")) if backends else None,
-                        full=full, tactics=tactics, seed=given("seed"))
+    parse_routings(routings, f"{flag}routing")  # a bad spec is a usage error now, not a collection traceback
+    return SweepOptions(models=tuple(m.name for m in models),
+                        batches=parse_ints(pick("batches", "batches", "1,64,512" if on_gpu else "1,16"),
+                                           f"{flag}batches"),
+                        tps=parse_tps(str(pick("tp", "tps", "1")), models, f"{flag}tp"),
+                        routings=tuple(split_list(routings, f"{flag}routing")),
+                        kinds=parse_kinds(pick("kinds", "kinds", "dense,grouped,moe"), f"{flag}kinds"),
+                        backends=tuple(split_list(backends, f"{flag}backends")) if backends else None,
+                        full=full, tactics=pick("tactics", "tactics", "all" if full else "default"),
+                        seed=given("seed") or 0)
 
 
 def operand_bytes(problem: Problem) -> int:

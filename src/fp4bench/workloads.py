@@ -3,8 +3,8 @@
 Why: decode-step expert GEMMs have tiny, uneven per-expert row counts (M_e ~ 1-16) that
 uniform-M sweeps miss. This module turns a model's geometry and a seeded routing into exactly
 those problems, exposes the decode arithmetic (tokens per expert, active
-experts, arithmetic intensity) as functions, applies backend alignment rules without ever
-dropping a shape silently, and parses the CLI / pytest option strings.
+experts, arithmetic intensity) as functions, and applies backend alignment rules without ever
+dropping a shape silently.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fp4bench.models import MoEModel, get_model, list_models
+from fp4bench.models import MoEModel, get_model
 from fp4bench.problems import (
     BYTES_PER_ELEMENT,
     OUTPUT_BYTES,
@@ -388,63 +388,3 @@ def scale_padding_note(k: int, fmt: str = "nvfp4") -> str:
     cols = k // block
     padded = _round_up(cols, 4)
     return "" if padded == cols else f"K={k}: {cols} {fmt} scale columns padded to {padded} by the 128x4 swizzle"
-
-
-# --------------------------------------------------------------------------------------------
-# option parsing (CLI / pytest)
-
-
-def _split(text: str, what: str) -> list[str]:
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{what}: expected a comma-separated list, got {text!r}")
-    items = [t.strip() for t in text.split(",")]
-    if any(not t for t in items):
-        raise ValueError(f"{what}: empty item in {text!r}")
-    return items
-
-
-def parse_models(text: str) -> tuple[MoEModel, ...]:
-    """"glm-5,deepseek-v3" -> models (aliases allowed, duplicates removed, "all" = every model)."""
-    items = _split(text, "models")
-    if items == ["all"]:
-        return tuple(get_model(n) for n in list_models())
-    out: list[MoEModel] = []
-    for item in items:
-        m = get_model(item)  # ValueError names the unknown model and the known ones
-        if m not in out:
-            out.append(m)
-    return tuple(out)
-
-
-def parse_ints(text: str, what: str = "batch") -> tuple[int, ...]:
-    """"1,16,512" -> (1, 16, 512); every value a positive integer (``what`` names it in errors)."""
-    out: list[int] = []
-    for item in _split(text, what):
-        try:
-            v = int(item)
-        except ValueError:
-            raise ValueError(f"{what}: {item!r} in {text!r} is not an integer") from None
-        if v <= 0:
-            raise ValueError(f"{what}: values must be positive, got {v} in {text!r}")
-        if v not in out:
-            out.append(v)
-    return tuple(out)
-
-
-def parse_tps(text: str, models: Iterable[MoEModel] = ()) -> tuple[int, ...]:
-    """TP sizes, each checked to divide every given model's intermediate sizes."""
-    tps = parse_ints(text, "tp")
-    for m in models:
-        for tp in tps:
-            m.check_tp(tp)
-    return tps
-
-
-def parse_routings(text: str) -> tuple[Routing, ...]:
-    """"uniform,zipf:1.2" -> routings."""
-    out: list[Routing] = []
-    for item in _split(text, "routing"):
-        r = parse_routing(item)
-        if r not in out:
-            out.append(r)
-    return tuple(out)
