@@ -11,9 +11,10 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from fp4bench.backends.alignment import Aligned, align_problem
 from fp4bench.backends.base import DEFAULT_TACTIC, Backend, Tactic, availability_of
 from fp4bench.problems import GemmProblem, Origin, Problem
-from fp4bench.workloads import Aligned, align_problem, decode_problems, get_model
+from fp4bench.workloads import decode_problems, get_model
 
 # Dense M sweep of the full run: powers of two 1…16384 plus the 32…1536 band where
 # FlashInfer #3398 returned zeros on SM120 (flashinfer-ai/flashinfer issue #3398).

@@ -51,9 +51,9 @@ import torch
 from fp4bench import formats
 from fp4bench.backends import _gating
 from fp4bench.backends._errors import tactic_failure
+from fp4bench.backends.alignment import FLASHINFER_MXFP4_PAD
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic, TacticUnsupported
 from fp4bench.operands import Operands
-from fp4bench.workloads import FLASHINFER_MXFP4_PAD
 from fp4bench.problems import MoEProblem, Problem
 from fp4bench.reference_moe import reference_moe, routed_intermediate_amax
 

@@ -16,7 +16,7 @@ from types import ModuleType
 
 from fp4bench.backends.base import Backend
 
-_NOT_BACKEND_MODULES = {"base", "registry"}
+_NOT_BACKEND_MODULES = {"alignment", "base", "registry"}
 _registry: dict[str, Backend] = {}
 _loaded_builtins = False
 
