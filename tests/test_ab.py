@@ -14,6 +14,7 @@ from fp4bench.ab.run import AbConfig, AbRunner, Side
 from fp4bench.ab.schedule import abba
 from fp4bench.cli_ab import ab_main
 from fp4bench.gate.verdict import Policy, Status
+from fp4bench.report import verdict_message
 from fp4bench.sweep import SweepOptions
 
 FAKES = str(Path(__file__).parent / "fakes")
@@ -56,7 +57,7 @@ def test_rounds_alternate_abba_and_both_sides_get_equal_samples(slow_b):
 def test_same_speed_passes_and_versions_that_differ_are_reported(slow_b):
     run, _ = slow_b
     result = judge(run, Policy(floor=0.2))
-    assert result.exit_code == 0, [v.message() for v in result.verdicts]
+    assert result.exit_code == 0, [verdict_message(v) for v in result.verdicts]
     js = to_json(run, result)
     assert {(r["a_version"], r["b_version"]) for r in js["benchmarks"]} == {("1.0", "2.0")}
 
@@ -66,7 +67,7 @@ def test_a_slower_b_fails_only_where_it_is_slower():
     # 10 ms calls: preemption slices on a loaded machine are small next to them
     run, _ = _run({"FAKE_SLOWDOWN": "3.0", "FAKE_SPIN_S": "0.01"}, {"FAKE_SPIN_S": "0.01"}, pairs=4, samples=5)
     result = judge(run, Policy(floor=0.2))
-    assert [v.status for v in result.verdicts] == [Status.FAIL, Status.FAIL], [v.message() for v in result.verdicts]
+    assert [v.status for v in result.verdicts] == [Status.FAIL, Status.FAIL], [verdict_message(v) for v in result.verdicts]
     assert all(v.pct > 20 for v in result.verdicts)  # +300 % spin; CPU contention can add more
 
 

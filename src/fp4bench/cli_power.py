@@ -11,9 +11,10 @@ from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_OK, EXIT_USAGE, _print_safely
 from fp4bench.gate.baseline import BaselineError, load_baseline
-from fp4bench.gate.power import detection_power, power_table
+from fp4bench.gate.power import detection_power
 from fp4bench.gate.verdict import Policy
 from fp4bench.options import FLOOR_DRIFT_ALPHA, add_options, policy_kwargs
+from fp4bench.report import power_table
 
 PROG = "fp4bench power"
 

@@ -219,7 +219,7 @@ class Fp4Session:
     def _gate(self, benchmark, spec, backend, base, fullname: str, res) -> None:
         """Judge the case now (Bonferroni over the baseline's size); a FAIL is re-measured once."""
         from fp4bench.gate.verdict import Status, is_failure, judge
-        from fp4bench.report import result_row
+        from fp4bench.report import result_row, verdict_message
 
         m = max(1, len(self.baseline.benchmarks))
         v = judge(fullname, base, res.timing.samples_s, res.extra_info, self.policy, m)
@@ -244,7 +244,7 @@ class Fp4Session:
         benchmark.extra_info["verdict"] = str(v.status)
         if is_failure(v, self.policy):
             hint = " (--fp4-allow-ambiguous to accept)" if v.undecided else ""
-            pytest.fail(v.message() + hint, pytrace=False)
+            pytest.fail(verdict_message(v) + hint, pytrace=False)
 
     # -- after the run --------------------------------------------------------------------
     def final_compare(self):
