@@ -274,16 +274,13 @@ def result_row(spec: Any, res: Any) -> dict:
     size -> time, TFLOP/s, % of peak, notes."""
     x = res.extra_info
     p = spec.problem
-    size = f"M{p.m} N{p.n} K{p.k}" if p.kind == "dense" else (
-        f"{p.total_rows} rows/{p.active_experts} experts N{p.n} K{p.k}" if p.kind == "grouped"
-        else f"{p.num_tokens} tok x top{p.top_k} H{p.hidden} I{p.inter}")
     notes = [x.get("timer", ""), x.get("l2", "")]
     if x.get("throttled"):
         notes.append("THROTTLED " + ",".join(x.get("throttle_reasons") or []))
     if x.get("timing_note"):
         notes.append(x["timing_note"])
     return {"backend": spec.backend, "tactic": spec.tactic.label, "problem": f"{p.origin.model} b{p.origin.batch} {p.origin.role}",
-            "size": size, "median_s": res.timing.median_s, "tflops": x.get("tflops"),
+            "size": p.size, "median_s": res.timing.median_s, "tflops": x.get("tflops"),
             "gbps": x["tbps"] * 1e3 if x.get("tbps") is not None else None, "pct_peak": x.get("pct_peak_compute"),
             "pct_peak_bw": x.get("pct_peak_bandwidth"), "noise": x.get("rel_ci95"),
             "sqnr_db": x.get("sqnr_db"), "notes": "; ".join(n for n in notes if n)}

@@ -88,13 +88,7 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
 
 def operand_bytes(problem: Problem) -> int:
     """bf16 originals + fp32 decoded copies drawn for the problem (what a CPU run must hold)."""
-    if problem.kind == "dense":
-        elems = problem.m * problem.k + problem.n * problem.k
-    elif problem.kind == "grouped":
-        elems = problem.total_rows * problem.k + problem.num_experts * problem.n * problem.k
-    else:
-        elems = problem.num_tokens * problem.hidden + 3 * problem.num_experts * problem.inter * problem.hidden
-    return elems * (2 + 4)
+    return problem.operand_elements * (2 + 4)
 
 
 def problems_for(opts: SweepOptions) -> list[Problem]:

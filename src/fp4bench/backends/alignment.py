@@ -78,16 +78,9 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _gemm_dims(problem: Problem) -> list[tuple[str, int, int]]:
-    """(label, n, k) of every GEMM inside the problem."""
-    if isinstance(problem, MoEProblem):
-        return [("gate_up", 2 * problem.inter, problem.hidden), ("down", problem.hidden, problem.inter)]
-    return [(problem.origin.role or problem.kind, problem.n, problem.k)]
-
-
 def _violations(problem: Problem, policy: AlignmentPolicy) -> list[str]:
     out = []
-    for label, n, k in _gemm_dims(problem):
+    for label, n, k in problem.gemm_dims():
         if k % policy.k_multiple:
             out.append(f"{label} K={k} is not a multiple of {policy.k_multiple}")
         if n % policy.n_multiple:
