@@ -1,5 +1,6 @@
 """``fp4bench ab`` on CPU with two fake environments: the same interpreter twice, made
-different by environment variables read by the ``ab-spin`` backend (tests/fakes/ab_env.py)."""
+different by environment variables read by the ``ab-spin`` backend (tests/fakes/ab_env.py), or
+by the test-only slowdown wrapper loaded on one side."""
 
 from __future__ import annotations
 
@@ -86,9 +87,14 @@ def test_cli_ab_exit_codes_and_json(tmp_path, capsys, monkeypatch):
     common = ["--a", sys.executable, "--b", sys.executable, "--plugin", "ab_env",
               "--kinds", "dense", "--batches", "1", "--tp", "8", "--backends", "ab-spin", "--device", "cpu",
               "--rounds", "4", "--round-samples", "5", "--floor", "20"]
-    assert ab_main(common + ["--b-env", "FAKE_SLOWDOWN=3", "--json", str(out)]) == 1
+    # B alone loads the test-only slowdown wrapper: same benchmark names, every call +300 %
+    assert ab_main(common + ["--b-plugin", "fp4bench.testing.slowdown", "--b-env", "FP4BENCH_SLOWDOWN=ab-spin=3",
+                             "--json", str(out)]) == 1
     text = capsys.readouterr().out
     assert "FAIL" in text and "ABBA" in out.read_text()
-    assert json.loads(out.read_text())["counts"]["FAIL"] == 2
+    assert "side B ran TEST-ONLY backends: ab-spin (" in text and "side A ran" not in text
+    js = json.loads(out.read_text())
+    assert js["counts"]["FAIL"] == 2 and js["counts"]["MISSING"] == js["counts"]["NEW"] == 0
+    assert js["test_only"]["A"] == {} and list(js["test_only"]["B"]) == ["ab-spin"]
     assert ab_main(common + ["--rounds", "0"]) == 2
     assert "need --rounds >= 1" in capsys.readouterr().err

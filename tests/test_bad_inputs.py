@@ -80,6 +80,9 @@ def _isolated_registry(monkeypatch):
 # --- file builders ------------------------------------------------------------------------------
 
 
+SLOWED = {"torch-bf16": "torch-bf16 (torch.mm + test-only slowdown 0.05)"}
+
+
 def _file(benches: list[dict], fingerprint=H200, sweep: dict | None = None, **kw: Any) -> dict:
     data = bench_json(benches, fingerprint=fingerprint, **kw)
     if sweep is not None:
@@ -150,8 +153,9 @@ COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, 
      [], 2, "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("timer differs", lambda: _file(_runs(), sweep={"timer": "cpu"}), lambda: _file(_runs(), sweep={"timer": "graph"}),
      [], 2, "the baseline was timed with timer='graph' but this run with timer='cpu'"),
-    ("baseline had an injected slowdown", None, lambda: _file(_runs(), sweep={"inject_slowdown": 0.05}), [], 2,
-     "the baseline was measured with a test-only injected slowdown (inject_slowdown=0.05)"),
+    ("baseline ran a test-only backend", None, lambda: _file(_runs(), sweep={"test_only": SLOWED}), [], 2,
+     "the baseline ran test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
+     "it is not a reference"),
 ]
 
 
@@ -224,8 +228,9 @@ APPROVE_ROWS: list[tuple[str, Callable[[], dict], list[str], int, str]] = [
     ("subset shrinks coverage", lambda: _file(_runs(names=NAMES[:1])), [], 2,
      "has 1 benchmarks, 1 of the 2 in"),
     ("other L2 mode than the approved", lambda: _file(_runs(), sweep={"l2": "hot"}), [], 2, "l2="),
-    ("injected slowdown, even forced", lambda: _file(_runs(), sweep={"inject_slowdown": 0.05}), ["--force"], 2,
-     "measured with a test-only injected slowdown (inject_slowdown=0.05); it can never be approved"),
+    ("test-only backend, even forced", lambda: _file(_runs(), sweep={"test_only": SLOWED}), ["--force"], 2,
+     "its run measured test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
+     "a test of the gate can never be approved, not even with force"),
     ("poisoned context", lambda: _file(_runs(), clean=False), [], 2, "its run was not clean"),
 ]
 
@@ -464,16 +469,28 @@ def test_backend_output_of_the_wrong_dtype_or_shape_fails(bench, backend, what):
             f"wrong output dtype/shape: {what}") in res.stdout.str()
 
 
-def test_injected_slowdown_is_recorded_and_never_approved(bench, capsys):
-    res = bench.runpytest(*BF16, "--fp4-inject-slowdown", "0.05", "--fp4-save-baseline", "inj.json")
+def test_slowdown_wrapper_is_recorded_and_never_approved(bench, capsys, monkeypatch):
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "torch-bf16=0.05")
+    res = bench.runpytest(*BF16, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-save-baseline", "inj.json")
     assert res.ret == 0, res.stdout.str()
-    assert "injected a test-only slowdown: it is recorded and can never be approved" in res.stdout.str()
+    assert ("this run measured test-only backends (torch-bf16): it is recorded and can never be approved"
+            in res.stdout.str())
     sec = json.loads((bench.path / "inj.json").read_text())["fp4bench"]
-    assert sec["sweep"]["inject_slowdown"] == 0.05 and sec["clean"] is False
+    assert sec["sweep"]["test_only"] == {"torch-bf16": "torch-bf16 (torch.mm / torch._grouped_mm + test-only "
+                                                       "slowdown 0.05)"}
+    assert sec["clean"] is False
     assert sec["sweep"]["l2"] == "hot" and sec["sweep"]["timer"] == "cpu"
     rc, _, err = _cli(capsys, ["baseline", "approve", str(bench.path / "inj.json"), "--baselines",
                                str(bench.path / "root"), "--force"])
-    assert rc == 2 and "it can never be approved" in err
+    assert rc == 2 and "a test of the gate can never be approved" in err
+
+
+def test_fault_backends_make_a_run_test_only(bench):
+    res = bench.runpytest(*TINY, "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", "fault-zero-band",
+                          "--fp4-save-baseline", "faults.json")
+    assert res.ret == 0, res.stdout.str()
+    sec = json.loads((bench.path / "faults.json").read_text())["fp4bench"]
+    assert list(sec["sweep"]["test_only"]) == ["fault-zero-band"] and sec["clean"] is False
 
 
 def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):

@@ -1,7 +1,7 @@
 """The gate's acceptance numbers on real H200 samples (tests/data/README.md says where they come from).
 
 * A/A: two back-to-back runs of the default sweep on an unchanged stack -> 0 FAIL.
-* Injected 5 % slowdown on the device (``--fp4-inject-slowdown 0.05``) -> at least 95 % FAIL.
+* A 5 % slowdown run on the device (a ``torch.cuda._sleep`` after each call) -> at least 95 % FAIL.
 * Detection power on the A/A pair with B's samples scaled: 0 FAIL unscaled, >= 95 % FAIL at +5 %.
 """
 

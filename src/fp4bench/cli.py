@@ -66,7 +66,7 @@ def _baseline(argv: Sequence[str]) -> int:
     BASELINES.add(a.add_argument)
     a.add_argument("--force", action="store_true",
                    help="approve even a run with failures/regressions, fewer benchmarks than the approved "
-                        "baseline, or another L2 mode/timer (never a run with an injected slowdown)")
+                        "baseline, or another L2 mode/timer (never a run of test-only backends)")
     args = ap.parse_args(argv)
     from fp4bench.gate.baseline import BaselineError, approve
 

@@ -32,8 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--b", required=True, help="candidate stack: python interpreter or venv directory")
     ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
     ap.add_argument("--b-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
-    ap.add_argument("--b-inject-slowdown", type=float, default=0.0,
-                    help="TEST-ONLY: add this fraction of GPU time to every timed call of side B")
+    ap.add_argument("--a-plugin", action="append", default=[], metavar="MODULE",
+                    help="backend module only side A loads (repeatable; --plugin loads one on both sides)")
+    ap.add_argument("--b-plugin", action="append", default=[], metavar="MODULE",
+                    help="backend module only side B loads, e.g. fp4bench.testing.slowdown with "
+                         "--b-env FP4BENCH_SLOWDOWN=torch-bf16=0.05 to test the gate")
     add_options(ap.add_argument, SWEEP)
     ap.add_argument("--rounds", type=int, default=8, help="timing rounds per side and benchmark (default 8)")
     ap.add_argument("--round-samples", type=int, default=10, help="samples per round (default 10)")
@@ -57,8 +60,6 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.rounds < 1 or args.round_samples < 3:
             raise ValueError(f"need --rounds >= 1 and --round-samples >= 3, got {args.rounds}, {args.round_samples}")
-        if not 0 <= args.b_inject_slowdown < 10:
-            raise ValueError(f"--b-inject-slowdown is a fraction (0.05 = 5 %), got {args.b_inject_slowdown}")
 
         def given(name: str):
             return getattr(args, name.replace("-", "_"), None)
@@ -69,7 +70,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         def sweep_for(fp: dict) -> SweepOptions:
             return sweep_options(given, {}, on_gpu=fp.get("gpu_name") != "cpu")
 
-        sides = (Side(args.a, dict(args.a_env)), Side(args.b, dict(args.b_env), args.b_inject_slowdown))
+        sides = (Side(args.a, dict(args.a_env), tuple(args.a_plugin)), Side(args.b, dict(args.b_env), tuple(args.b_plugin)))
         runner = AbRunner(*sides, AbConfig(sweep=SweepOptions(), device=args.device, pairs=args.rounds,
                                            round_samples=args.round_samples, timeout_s=args.case_timeout,
                                            plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed))

@@ -30,8 +30,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fp4-min-samples", type=int, default=10)
     g.addoption("--fp4-energy-window", type=float, default=0.0,
                 help="seconds of extra replay per case to measure joules per GEMM via NVML (0: off)")
-    g.addoption("--fp4-inject-slowdown", type=float, default=0.0,
-                help="TEST-ONLY: add this fraction of GPU busy time per call inside the timed graph")
     BASELINES.add(g.addoption, "fp4-")
     g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against")
     g.addoption("--fp4-save-baseline", nargs="?", const="auto", default=None,
@@ -234,6 +232,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     write_outputs(st, st.final_compare() if st.baseline is not None else None, tr.write_line)
     path = st.json_path
     if path is not None:
-        if config.getoption("fp4_inject_slowdown"):
-            tr.write_line("fp4bench: this run injected a test-only slowdown: it is recorded and can never be approved")
+        if st.test_only():
+            tr.write_line(f"fp4bench: this run measured test-only backends ({', '.join(st.test_only())}): "
+                          "it is recorded and can never be approved")
         tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")

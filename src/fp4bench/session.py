@@ -73,7 +73,6 @@ class Fp4Session:
         timing = TimingConfig(mode="graph" if self.device.type == "cuda" else "cpu",
                               time_budget_s=budget, target_rel_ci=opt("fp4_target_ci"),
                               min_samples=opt("fp4_min_samples"), max_samples=max(300, opt("fp4_min_samples")),
-                              inject_slowdown=opt("fp4_inject_slowdown"),
                               energy_window_s=opt("fp4_energy_window"))
         gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
         self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
@@ -86,10 +85,17 @@ class Fp4Session:
 
     def measurement(self) -> dict[str, Any]:
         """How this run takes its times, recorded in the saved ``sweep`` and checked against the
-        baseline's: effective L2 state (a CPU run is always cache-hot), timer, injected slowdown."""
+        baseline's: effective L2 state (a CPU run is always cache-hot) and timer."""
         cold = self.runner.cold_l2 and self.device.type == "cuda"
-        return {"l2": "cold" if cold else "hot", "timer": self.runner.timing.mode,
-                "inject_slowdown": self.runner.timing.inject_slowdown}
+        return {"l2": "cold" if cold else "hot", "timer": self.runner.timing.mode}
+
+    def test_only(self) -> dict[str, str]:
+        """The test-only backends this run's sweep selects (``{}`` for a real run)."""
+        from fp4bench.backends.registry import test_only
+
+        if self.sweep is None:
+            return {}
+        return test_only(self.sweep.backends)
 
     def sweep_options(self):
         """The sweep to run: options, else the active baseline's sweep, else the defaults."""
@@ -278,14 +284,15 @@ class Fp4Session:
         # pytest-benchmark writes its JSON before any plain pytest_sessionfinish runs: the context
         # check must be done here, or a poisoned run would be saved clean
         self.check_health()
-        measurement = self.measurement()
-        clean = (self.failed_tests == 0 and not self.interrupted and not self.health
-                 and not measurement["inject_slowdown"])
+        test_only = self.test_only()
+        clean = self.failed_tests == 0 and not self.interrupted and not self.health and not test_only
         if self.baseline is not None:
             result = self.final_compare()
             verdicts = result.summary()
             clean = clean and result.exit_code == 0  # a run with MISSING or regressed entries is not clean
-        sweep = {**(self.sweep.to_dict() if self.sweep else {}), **measurement}
+        sweep = {**(self.sweep.to_dict() if self.sweep else {}), **self.measurement()}
+        if test_only:
+            sweep["test_only"] = test_only
         section = make_section(self.fingerprint, self.availability, sweep, clean=clean, verdicts=verdicts)
         if self.health:
             section["context_health"] = self.health

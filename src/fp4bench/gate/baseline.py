@@ -16,7 +16,7 @@ Storage (pytest-benchmark keys its storage by OS/Python and compares against
 A candidate becomes the baseline only through ``approve`` (an explicit act), which refuses runs
 that were not clean (FAIL verdicts / failed tests / broken CUDA context), runs that drop benchmarks
 of the baseline they replace or were timed another way (L2 mode, timer) unless forced, and a run
-with an injected slowdown always. ``<gpu_slug>`` is derived from the GPU name and must be a plain
+that measured test-only backends (``fp4bench.testing``) always. ``<gpu_slug>`` is derived from the GPU name and must be a plain
 ``a-z0-9-`` name, so nothing is ever written outside the baselines root. Candidate names are
 reserved atomically (``O_EXCL``): two runs started in the same second get two files.
 """
@@ -304,24 +304,30 @@ def _parse_benchmark(b: Any, i: int, source: str) -> BenchmarkRecord:
 #: ``sweep`` keys that say how the time was taken. Runs that differ in one measured different
 #: things (a hot-L2 time is not a slower or faster cold-L2 time), so they are never compared.
 MEASUREMENT_KEYS = ("l2", "timer")
-#: ``sweep`` key of the test-only slowdown injected into the timed calls (a fraction, 0 = none)
-INJECTED = "inject_slowdown"
+#: ``sweep`` key naming the test-only backends a run measured (``{name: description}``): faults
+#: or slowdown wrappers from ``fp4bench.testing``. Such a run tests the gate; it is never a baseline.
+TEST_ONLY = "test_only"
 
 
-def injected_slowdown(sweep: dict[str, Any]) -> float:
-    v = sweep.get(INJECTED) or 0.0
-    return float(v) if _is_number(v) else math.nan
+def test_only_backends(sweep: dict[str, Any]) -> dict[str, Any]:
+    """The run's test-only backends (``{}`` for a real run)."""
+    v = sweep.get(TEST_ONLY) or {}
+    return dict(v) if isinstance(v, dict) else {str(v): ""}
+
+
+def _test_only_text(found: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" if v else k for k, v in sorted(found.items()))
 
 
 def check_same_measurement(base_sweep: dict[str, Any], cur_sweep: dict[str, Any]) -> None:
     """Raise ``IncompatibleBaseline`` when the baseline was timed another way than this run, or
-    is itself a run with an injected slowdown (a test of the gate, never a reference).
+    is itself a run of test-only backends (a test of the gate, never a reference).
 
     A side that did not record a key (files written before it was recorded) is not checked."""
-    inj = injected_slowdown(base_sweep)
-    if inj != 0:
-        raise IncompatibleBaseline(f"the baseline was measured with a test-only injected slowdown "
-                                   f"({INJECTED}={base_sweep.get(INJECTED)!r}); it is not a reference")
+    found = test_only_backends(base_sweep)
+    if found:
+        raise IncompatibleBaseline(f"the baseline ran test-only backends ({_test_only_text(found)}); "
+                                   "it is not a reference")
     for key in MEASUREMENT_KEYS:
         old, new = base_sweep.get(key), cur_sweep.get(key)
         if old is not None and new is not None and old != new:
@@ -505,14 +511,14 @@ def approve(
     or no record of either — unless ``force``: a regressed run must never silently become the
     reference it is judged against. Also unless ``force``: a candidate with fewer benchmarks than
     the baseline it replaces (a ``-k`` subset would silently shrink what is gated; the error lists
-    them) or timed another way (L2 mode, timer). Never, even forced: a run with an injected
-    slowdown (a test of the gate). The GPU folder comes from the fingerprint's GPU name.
+    them) or timed another way (L2 mode, timer). Never, even forced: a run that measured
+    test-only backends (a test of the gate). The GPU folder comes from the fingerprint's GPU name.
     """
     cand = load_baseline(candidate)
-    inj = injected_slowdown(cand.sweep)
-    if inj != 0:
-        raise BaselineError(f"{candidate}: measured with a test-only injected slowdown "
-                            f"({INJECTED}={cand.sweep.get(INJECTED)!r}); it can never be approved")
+    found = test_only_backends(cand.sweep)
+    if found:
+        raise BaselineError(f"{candidate}: its run measured test-only backends ({_test_only_text(found)}); "
+                            "a test of the gate can never be approved, not even with force")
     fails = cand.verdicts.get("FAIL", 0)
     if not force:
         if cand.clean is None:

@@ -4,9 +4,9 @@ A and B are two runs of an unchanged stack (an A/A pair, measured on the GPU). E
 multiplied by ``1 + s`` for each slowdown ``s`` and B is gated against A with the policy given. The
 result is what the gate does with a true slowdown of exactly ``s`` *plus* the run-to-run shift an
 unchanged stack really shows on that machine: the FAIL rate at ``s = 0`` is the false-alarm rate,
-the rate at the floor is the chance a slowdown of that size is caught. The on-device hook
-(``--fp4-inject-slowdown``) cannot answer this exactly: the extra kernel it launches adds launch
-overhead of its own, so its realized slowdown is only known afterwards.
+the rate at the floor is the chance a slowdown of that size is caught. A slowdown run on the device
+(``fp4bench.testing.slowdown``) cannot answer this exactly: the spin kernel it adds brings a
+launch gap of its own, so its realized slowdown is only known afterwards.
 """
 
 from __future__ import annotations

@@ -44,9 +44,6 @@ class TimingConfig:
     max_samples: int = 300
     target_rel_ci: float | None = 0.005  # None: run to the budget / max_samples
     time_budget_s: float = 2.0
-    #: test-only fault injection: extra GPU busy time per call as a fraction of the call's time,
-    #: launched inside the timed region (``torch.cuda._sleep``). Documented in docs/measurement.md.
-    inject_slowdown: float = 0.0
     #: seconds of extra, untimed-for-latency replays inside an NVML sampler to get joules per
     #: call; NVML's energy counter ticks ~every 100 ms, so below ~1 s the number is not reported
     energy_window_s: float = 0.0
@@ -62,8 +59,6 @@ class TimingConfig:
             raise ValueError(f"need 3 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}")
         if self.calls_per_sample is not None and self.calls_per_sample < 1:
             raise ValueError(f"calls_per_sample must be >= 1, got {self.calls_per_sample}")
-        if self.inject_slowdown < 0:
-            raise ValueError(f"inject_slowdown must be >= 0, got {self.inject_slowdown}")
         if self.max_calls_per_sample < 1:
             raise ValueError(f"max_calls_per_sample must be >= 1, got {self.max_calls_per_sample}")
         if not self.target_sample_s > 0:
@@ -157,25 +152,7 @@ def _calls_for(est_s: float, cfg: TimingConfig, copies: int = 1) -> int:
     return int(max(copies, min(cfg.max_calls_per_sample, max(1, math.ceil(cfg.target_sample_s / est_s)))))
 
 
-_SLEEP_CYCLES_PER_S: dict[int, float] = {}
 MAX_PROFILED_CALLS = 20_000
-
-
-def _sleep_cycles(per_call_s: float, fraction: float, device: torch.device) -> int:
-    """Cycles for ``torch.cuda._sleep`` (a clock64 spin) worth ``fraction`` of one call,
-    calibrated once per device by timing a long spin (the SM clock moves with power)."""
-    if fraction <= 0:
-        return 0
-    idx = device.index or 0
-    if idx not in _SLEEP_CYCLES_PER_S:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # warm
-        start.record()
-        torch.cuda._sleep(20_000_000)
-        end.record()
-        end.synchronize()
-        _SLEEP_CYCLES_PER_S[idx] = 20_000_000 / (start.elapsed_time(end) / 1e3)
-    return max(1, int(per_call_s * fraction * _SLEEP_CYCLES_PER_S[idx]))
 
 
 def _estimate_gpu_call_s(fns: Sequence[Fn], stream: torch.cuda.Stream, reps: int = 20) -> float:
@@ -226,15 +203,12 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
     torch.cuda.synchronize(device)
     est = _estimate_gpu_call_s(fns, stream)
     n = _calls_for(est, cfg, len(fns))
-    sleep = _sleep_cycles(est, cfg.inject_slowdown, device)
 
     def body() -> None:
         for i in range(n):
             fns[i % len(fns)]()
-            if sleep:
-                torch.cuda._sleep(sleep)
 
-    note = f"injected slowdown {cfg.inject_slowdown:.0%} (test-only hook)" if sleep else ""
+    note = ""
     graph = None
     if cfg.mode == "graph" and no_graph_reason:
         note = (note + "; " if note else "") + f"no CUDA graph: {no_graph_reason}"

@@ -185,8 +185,10 @@ def serve(inp: TextIO, out: TextIO) -> int:
         return 0
     init = json.loads(first)
     child = Child(init)
+    from fp4bench.backends.registry import test_only
+
     out.write(protocol.dumps({"type": "ready", "pid": os.getpid(), "fingerprint": child.fingerprint.to_dict(),
-                              "python": sys.executable}))
+                              "python": sys.executable, "test_only": test_only()}))
     out.flush()
     for line in inp:
         if not line.strip():
