@@ -189,6 +189,8 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
              ) -> TimingResult:
     """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events.
 
+    Three steps: ``capture`` the calls into one replayable unit, ``sample`` its replays until the
+    stop rule fires, and (with ``cfg.energy_window_s``) ``energy`` per call in a separate pass.
     ``no_graph_reason``: the callable is known not to be capturable; events are used directly
     and the reason goes into the note."""
     if cfg.mode == "cpu":
@@ -202,34 +204,80 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
             fns[i % len(fns)]()
     torch.cuda.synchronize(device)
     est = _estimate_gpu_call_s(fns, stream)
-    n = _calls_for(est, cfg, len(fns))
+    calls = _calls_for(est, cfg, len(fns))
+    unit = capture(fns, calls, stream, device, no_graph_reason) if cfg.mode == "graph" else back_to_back(fns, calls)
+    got = sample(unit, cfg, stream, device)
+    extra: dict[str, Any] = {"estimate_s": est, **got.extra}
+    if cfg.energy_window_s > 0:
+        with torch.cuda.stream(stream):
+            extra.update(energy(unit, cfg.energy_window_s, device))
+    notes = "; ".join(n for n in (unit.note, got.note) if n)
+    return TimingResult(got.per_call_s, got.method, unit.calls, len(fns), got.stopped_by,
+                        median_rel_ci(got.per_call_s), note=notes, wall_s=got.wall_s, extra=extra)
+
+
+@dataclass
+class Replay:
+    """``calls`` back-to-back calls as one launchable unit: a CUDA graph, or (when it cannot be
+    captured) the calls themselves launched eagerly; ``method`` and ``note`` say which and why."""
+
+    launch: Fn
+    calls: int
+    method: str
+    note: str = ""
+    graph: Any = None  # the captured graph, kept alive as long as ``launch`` replays it
+
+
+def back_to_back(fns: Sequence[Fn], calls: int, note: str = "") -> Replay:
+    """``calls`` calls of ``fns`` (rotated), launched eagerly one after the other."""
 
     def body() -> None:
-        for i in range(n):
+        for i in range(calls):
             fns[i % len(fns)]()
 
-    note = ""
-    graph = None
-    if cfg.mode == "graph" and no_graph_reason:
-        note = (note + "; " if note else "") + f"no CUDA graph: {no_graph_reason}"
-    elif cfg.mode == "graph":
-        try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                body()
-            method = f"cuda-graph x{n}"
-        except Exception as exc:  # capture is a property of the backend, not a failure of it
-            graph = None
-            torch.cuda.synchronize(device)
-            note = (note + "; " if note else "") + f"graph capture failed ({type(exc).__name__}: {exc}); fell back to events"
-    if graph is None:
-        method = f"cuda-events x{n} back-to-back"
+    return Replay(body, calls, f"cuda-events x{calls} back-to-back", note)
+
+
+def capture(fns: Sequence[Fn], calls: int, stream: torch.cuda.Stream, device: torch.device,
+            no_graph_reason: str | None = None) -> Replay:
+    """``calls`` calls of ``fns`` (rotated) captured into one CUDA graph on ``stream``; eager
+    back-to-back launches when ``no_graph_reason`` is given or the capture fails."""
+    if no_graph_reason:
+        return back_to_back(fns, calls, f"no CUDA graph: {no_graph_reason}")
+    eager = back_to_back(fns, calls)
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            eager.launch()
+    except Exception as exc:  # capture is a property of the backend, not a failure of it
+        torch.cuda.synchronize(device)
+        eager.note = f"graph capture failed ({type(exc).__name__}: {exc}); fell back to events"
+        return eager
+    return Replay(graph.replay, calls, f"cuda-graph x{calls}", graph=graph)
+
+
+@dataclass
+class Sampled:
+    """What ``sample`` measured: seconds per call (one entry per replay) and how."""
+
+    per_call_s: list[float]
+    stopped_by: str
+    wall_s: float
+    method: str
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sample(unit: Replay, cfg: TimingConfig, stream: torch.cuda.Stream, device: torch.device) -> Sampled:
+    """Replay ``unit`` between CUDA events until ``cfg``'s stop rule fires. With
+    ``cfg.kernel_time`` a sample is the GPU busy time of the replay's kernels from CUPTI (the event
+    span is kept as ``span_median_s``) and the executed kernel names are recorded."""
+    n = unit.calls
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s = _Sampler(cfg)
-    replay = graph.replay if graph is not None else body
     prof = _profiler() if cfg.kernel_time else None
     with torch.cuda.stream(stream):
-        replay()  # one untimed replay: first replay uploads the graph
+        unit.launch()  # one untimed replay: the first replay uploads the graph
         torch.cuda.synchronize(device)
         if prof is not None:
             prof.start()
@@ -238,34 +286,28 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
                 why = "profiled-call cap"  # keeps the profiler's event parsing to about a second
                 break
             start.record(stream)
-            replay()
+            unit.launch()
             end.record(stream)
             end.synchronize()
             s.samples.append(start.elapsed_time(end) / 1e3 / n)
-        wall = time.perf_counter() - s.t0
-        extra: dict[str, Any] = {"estimate_s": est}
-        samples = s.samples
-        if prof is not None:
-            try:
-                prof.stop()
-                events = list(prof.events())
-            except Exception as exc:  # profiler trouble must not lose the measurement
-                events = []
-                note = (note + "; " if note else "") + f"profiler failed ({type(exc).__name__})"
-            busy = device_time_per_group(events, len(s.samples))
-            extra["kernels"] = sorted({normalize_kernel_name(e.name) for e in events
-                                       if device_event_kind(e) == KERNEL})
-            if busy is not None:
-                samples = [b / n for b in busy]
-                extra["span_median_s"] = float(np.median(s.samples))  # replay time incl. launch gaps
-                method = f"cupti kernel time, {method}"
-            else:
-                note = (note + "; " if note else "") + "profiler grouping failed; event span per call reported"
-        if cfg.energy_window_s > 0:
-            extra.update(_energy(replay, n, cfg.energy_window_s, device))
-    del graph
-    return TimingResult(samples, method, n, len(fns), why, median_rel_ci(samples), note=note,
-                        wall_s=wall, extra=extra)
+    out = Sampled(s.samples, why, time.perf_counter() - s.t0, unit.method)
+    if prof is None:
+        return out
+    try:
+        prof.stop()
+        events = list(prof.events())
+    except Exception as exc:  # profiler trouble must not lose the measurement
+        events = []
+        out.note = f"profiler failed ({type(exc).__name__})"
+    busy = device_time_per_group(events, len(s.samples))
+    out.extra["kernels"] = sorted({normalize_kernel_name(e.name) for e in events if device_event_kind(e) == KERNEL})
+    if busy is None:
+        out.note = "; ".join(x for x in (out.note, "profiler grouping failed; event span per call reported") if x)
+        return out
+    out.extra["span_median_s"] = float(np.median(s.samples))  # replay time incl. launch gaps
+    out.per_call_s = [b / n for b in busy]
+    out.method = f"cupti kernel time, {unit.method}"
+    return out
 
 
 def _profiler():
@@ -280,11 +322,10 @@ def _profiler():
         return None
 
 
-def _energy(replay: Fn, calls_per_replay: int, window_s: float, device: torch.device) -> dict[str, Any]:
-    """Replay back-to-back for ``window_s`` under the NVML sampler: energy-counter delta / calls.
-
-    A separate pass, so that NVML reads never sit inside the timed samples.
-    """
+def energy(unit: Replay, window_s: float, device: torch.device) -> dict[str, Any]:
+    """Replay ``unit`` back-to-back for ``window_s`` under the NVML sampler: energy-counter delta
+    per call (``energy_*`` keys). A separate pass, so that NVML reads never sit inside the timed
+    samples."""
     from fp4bench.measure.telemetry import TelemetrySampler
 
     replays = 0
@@ -292,10 +333,10 @@ def _energy(replay: Fn, calls_per_replay: int, window_s: float, device: torch.de
         t_end = time.perf_counter() + window_s
         while time.perf_counter() < t_end:
             for _ in range(8):
-                replay()
+                unit.launch()
             replays += 8
             torch.cuda.synchronize(device)
-    info = tel.result.to_extra_info(replays * calls_per_replay) if tel.result is not None else {}
+    info = tel.result.to_extra_info(replays * unit.calls) if tel.result is not None else {}
     return {"energy_" + k if not k.startswith(("energy", "joules")) else k: v for k, v in info.items()}
 
 
