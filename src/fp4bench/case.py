@@ -233,6 +233,6 @@ class CaseRunner:
         nbytes = problem.bytes_moved(backend.act_format, backend.weight_format)
         out = {"flops": flops, "bytes": nbytes, "tflops": flops / seconds / 1e12, "tbps": nbytes / seconds / 1e12}
         if self.peaks is not None:
-            tf, tb, pc, pb = peak_table.percent_of_peak(flops, nbytes, seconds, self.peaks, backend.weight_format)
+            _, _, pc, pb = peak_table.percent_of_peak(flops, nbytes, seconds, self.peaks, backend.weight_format)
             out.update(pct_peak_compute=pc, pct_peak_bandwidth=pb)
         return out

@@ -32,7 +32,6 @@ class LineLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
-        self.header_written = self.path.stat().st_size > 0
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
@@ -42,7 +41,6 @@ class LineLog:
     def header(self, fingerprint: Fingerprint, sweep: dict | None, planned: list[str], **extra: Any) -> None:
         self.write({"type": "header", "kind": KIND, "fingerprint": fingerprint.to_dict(), "sweep": sweep or {},
                     "planned": list(planned), **extra})
-        self.header_written = True
 
     def case(self, fullname: str, outcome: str, samples: list[float] | None = None,
              extra_info: dict | None = None, availability: dict[str, str] | None = None, reason: str = "") -> None:

@@ -288,7 +288,7 @@ class Fp4Session:
         clean = self.failed_tests == 0 and not self.interrupted and not self.health and not test_only
         if self.baseline is not None:
             result = self.final_compare()
-            verdicts = result.summary()
+            verdicts = result.counts()
             clean = clean and result.exit_code == 0  # a run with MISSING or regressed entries is not clean
         sweep = {**(self.sweep.to_dict() if self.sweep else {}), **self.measurement()}
         if test_only:

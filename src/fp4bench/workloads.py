@@ -202,25 +202,6 @@ def expected_active_experts(num_experts: int, top_k: int, batch: int) -> float:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** batch)
 
 
-def expert_weight_bytes(model: str | MoEModel, fmt: str | None = None, tp: int = 1) -> tuple[float, float]:
-    """(gate_up, down) weight bytes of one routed expert on one TP rank, block scales included.
-
-    ``fmt`` defaults to the model's FP4 format. This is what a decode step streams per active
-    expert, so it sets the bandwidth floor of the grouped GEMMs.
-    """
-    m = get_model(model)
-    fmt = fmt or m.fp4_format
-    if fmt not in BYTES_PER_ELEMENT:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(BYTES_PER_ELEMENT)}")
-    (gn, gk), (dn, dk) = m.gate_up_nk(tp), m.down_nk(tp)
-    return gn * gk * BYTES_PER_ELEMENT[fmt], dn * dk * BYTES_PER_ELEMENT[fmt]
-
-
-def rows_per_active_expert(num_experts: int, top_k: int, batch: int) -> float:
-    """B·k / E[active experts]: the typical M_e of a decode grouped GEMM."""
-    return batch * top_k / expected_active_experts(num_experts, top_k, batch)
-
-
 def arithmetic_intensity(m_e: float, n: int, k: int, fmt: str = "nvfp4") -> float:
     """FLOP per byte of one expert's ``[m_e, k] x [n, k]^T`` GEMM with both operands in ``fmt``.
 
@@ -233,10 +214,3 @@ def arithmetic_intensity(m_e: float, n: int, k: int, fmt: str = "nvfp4") -> floa
         raise ValueError(f"m_e, n, k must be positive, got {m_e}, {n}, {k}")
     bpe = BYTES_PER_ELEMENT[fmt]
     return 2.0 * m_e * n * k / (n * k * bpe + m_e * k * bpe + m_e * n * OUTPUT_BYTES)
-
-
-def weight_only_intensity(m_e: float, fmt: str = "nvfp4") -> float:
-    """The doc's simplification 2·M_e / bytes-per-weight (≈ 3.56·M_e for NVFP4): weights only."""
-    if fmt not in BYTES_PER_ELEMENT:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(BYTES_PER_ELEMENT)}")
-    return 2.0 * m_e / BYTES_PER_ELEMENT[fmt]

@@ -41,7 +41,6 @@ DISTS = ("sgl-kernel", "sglang-kernel")
 #: torch release each sgl_kernel wheel was built for (its README; no Requires-Dist in the wheel).
 BUILT_FOR_TORCH = {"0.3.21": "2.9.1"}
 MAX_EXPERTS = 1024
-ALIGN = 32  # dense: "Expected k/n to be divisible by 32" (nvfp4_scaled_mm_kernels.cu)
 
 
 def dense_tile(m: int, sm: int) -> str:

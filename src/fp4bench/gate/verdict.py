@@ -545,10 +545,6 @@ class CompareResult:
                 out.append(v.name)
         return out
 
-    def summary(self) -> dict[str, int]:
-        """Counts per status, for the ``verdicts`` field of a candidate's fp4bench section."""
-        return self.counts()
-
 
 def is_failure(v: Verdict, policy: Policy) -> bool:
     """Whether ``v`` fails the gate: FAIL; MISSING unless allowed; AMBIGUOUS with

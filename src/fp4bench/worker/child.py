@@ -18,10 +18,6 @@ from typing import Any, TextIO
 from fp4bench.worker import protocol
 
 
-class _Poisoned(Exception):
-    """The CUDA context is unusable: answer, then exit."""
-
-
 class Child:
     def __init__(self, init: dict[str, Any]):
         import torch
