@@ -28,7 +28,7 @@ from fp4bench.backends.torch_bf16 import TorchBF16
 from fp4bench.cli import main as cli_main
 from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
-from fp4bench.gate.baseline import APPROVED, candidate_path
+from fp4bench.gate.store import APPROVED, candidate_path
 from test_plugin import BENCH_FILE, TINY
 
 pytest_plugins = ["pytester"]
@@ -262,7 +262,7 @@ def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
     assert rc == 2 and f"approving would stop gating them (use force to shrink the baseline):\n  {NAMES[1]}" in err
     rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root"), "--force"])
     assert rc == 0 and f"no longer gated (1 benchmarks of the previous baseline):\n  {NAMES[1]}" in out
-    assert json.loads(approved.read_text())["fp4bench"]["approval"]["forced"] is True
+    assert json.loads(approved.read_text())["approval"]["forced"] is True
 
 
 @pytest.mark.parametrize("how", ["a file where the GPU folder should be", "read-only folder"])

@@ -343,6 +343,23 @@ def test_bare_benchmark_compare_uses_the_approved_baseline(bench):
     assert "Comparing against benchmarks from" in out + res.stderr.str()  # pytest-benchmark reads it too
 
 
+def test_bare_benchmark_compare_hands_a_slim_baseline_to_pytest_benchmark(bench):
+    """The approved file is slim; pytest-benchmark's own compare (and --benchmark-compare-fail)
+    still gets the baseline's samples, as a pytest-benchmark file."""
+    from fp4bench.gate.store import migrate
+
+    _baseline(bench, "store/cpu/run.json")
+    migrate(bench.path / "store/cpu/run.json", bench.path / "store/cpu/approved.json")
+    (bench.path / "store/cpu/run.json").unlink()
+    res = bench.runpytest(*GATE, "--benchmark-compare", "--benchmark-compare-fail=median:1000%",
+                          "--fp4-baselines", "store")
+    out = res.stdout.str() + res.stderr.str()
+    assert res.ret == 0, out
+    assert "fp4bench verdict vs store/cpu/approved.json" in out
+    assert "Comparing against benchmarks from" in out and "Failed to load" not in out
+    assert "(NOW)" in out  # pytest-benchmark's table has the baseline's rows next to this run's
+
+
 # --- (g) the fault plugin -----------------------------------------------------------------------
 
 

@@ -130,7 +130,7 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
     if benches:  # the same validation as a baseline file (samples finite, names unique)
         run = parse_baseline(raw, source=str(p))
     else:
-        run = Baseline(fp, {}, avail, dict(head.get("sweep") or {}), None, {}, str(p), raw)
+        run = Baseline(fp, {}, avail, dict(head.get("sweep") or {}), None, {}, str(p))
     return LoggedRun(run, list(head.get("planned") or []), outcomes, complete, notes)
 
 

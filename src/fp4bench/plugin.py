@@ -200,7 +200,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if st.health:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if st.json_path is not None:
-        from fp4bench.gate.baseline import publish
+        from fp4bench.gate.store import publish
 
         if not publish(st.json_path):
             st.json_path = None  # nothing measured: nothing written

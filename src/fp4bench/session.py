@@ -112,8 +112,8 @@ class Fp4Session:
     # -- before the run: baseline and candidate file ----------------------------------------
     def activate_baseline(self, explicit: str | None) -> None:
         """Resolve and validate the baseline before any test runs (wrong GPU = usage error)."""
-        from fp4bench.gate.baseline import (BaselineError, check_compatible, check_same_measurement, load_baseline,
-                                            select_baseline)
+        from fp4bench.gate.baseline import BaselineError, check_compatible, check_same_measurement, load_baseline
+        from fp4bench.gate.store import select_baseline
         from fp4bench.gate.verdict import for_changes
 
         self.setup()
@@ -132,13 +132,41 @@ class Fp4Session:
         except BaselineError as exc:
             raise pytest.UsageError(f"fp4bench baseline: {exc}") from None
         self.baseline_path = path
-        if self.config.getoption("benchmark_compare", default=None) is True:
-            # pytest-benchmark's own compare (and --benchmark-compare-fail) then reads the same file
-            self.config.option.benchmark_compare = str(path)
+        compare = self.config.getoption("benchmark_compare", default=None)
+        if compare:
+            # pytest-benchmark's own compare (its table, --benchmark-compare-fail) reads the same
+            # baseline; it reads only its own format, so a slim file is handed over as such a file
+            if self.baseline.slim:
+                self.config.option.benchmark_compare = str(self._pytest_benchmark_copy())
+            elif compare is True:
+                self.config.option.benchmark_compare = str(path)
+
+    def _pytest_benchmark_copy(self) -> Path:
+        """The active baseline as a temporary pytest-benchmark JSON file (removed at exit)."""
+        import json
+        import tempfile
+
+        import pytest_benchmark
+        from pytest_benchmark.stats import Stats
+
+        benches = []
+        for name, rec in sorted(self.baseline.benchmarks.items()):
+            stats = Stats()
+            for x in rec.samples:
+                stats.update(x)
+            benches.append({"group": None, "name": rec.name, "fullname": name, "params": None, "param": None,
+                            "extra_info": rec.extra_info, "options": {},
+                            "stats": {**stats.as_dict(), "iterations": 1, "data": list(rec.samples)}})
+        fd, tmp = tempfile.mkstemp(prefix="fp4bench-baseline-", suffix=".json")
+        with open(fd, "w") as f:
+            json.dump({"machine_info": {}, "commit_info": {}, "benchmarks": benches, "datetime": "",
+                       "version": pytest_benchmark.__version__}, f)
+        self.config.add_cleanup(lambda: Path(tmp).unlink(missing_ok=True))
+        return Path(tmp)
 
     def route_json(self, save: str) -> None:
         """--fp4-save-baseline: pytest-benchmark writes its JSON (raw samples) where we say."""
-        from fp4bench.gate.baseline import candidate_path, partial_path, reserve_path
+        from fp4bench.gate.store import candidate_path, partial_path, reserve_path
 
         self.setup()
         # the final name is reserved now (unique, never an existing file); pytest-benchmark writes

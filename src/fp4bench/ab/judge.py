@@ -49,7 +49,7 @@ def judge(run: AbRun, policy: Policy) -> CompareResult:
             v = _named(p)
             if v is not None:
                 extra_verdicts.append(v)
-    base = Baseline(fa, records, avail_a, {}, None, {}, "side A", {})
+    base = Baseline(fa, records, avail_a, {}, None, {}, "side A")
     result = compare(base, current, avail_b, policy, fb)
     result.verdicts += extra_verdicts
     return result
