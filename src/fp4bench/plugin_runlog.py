@@ -1,14 +1,13 @@
 """pytest hooks for process isolation and the on-disk line log (registered by ``plugin``).
 
-``--fp4-isolate``: cases run in a worker process (``fp4bench.worker``); the plugin's
-``Fp4Session.runner`` becomes an ``IsolatedRunner`` with the same interface.
+``--fp4-isolate``: cases run in a worker process (``fp4bench.worker``); ``Fp4Session.runner``
+becomes an ``IsolatedRunner`` with the same interface; its worker is closed here at the end.
 ``--fp4-log PATH`` (default next to a ``--fp4-save-baseline`` JSON): each finished case is
 appended to a line log the moment its report is made (``fp4bench.linelog``).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,26 +17,6 @@ from fp4bench.session import session_of
 
 _LOG = pytest.StashKey[LineLog]()
 _PLANNED = pytest.StashKey[list]()
-
-
-def isolated_runner(config: pytest.Config, runner, device: str):
-    """An ``IsolatedRunner`` that measures exactly as ``runner`` would, in a worker process."""
-    from dataclasses import asdict
-
-    from fp4bench.worker.pool import IsolatedRunner, WorkerSpec, interpreter
-
-    opt = config.getoption
-    try:
-        python = interpreter(opt("fp4_python") or sys.executable)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--fp4-python: {exc}") from None
-    init = {"device": device, "plugins": list(opt("fp4_plugin")), "timing": asdict(runner.timing),
-            "cold_l2": runner.cold_l2, "seed": runner.seed}
-    timeout = opt("fp4_case_timeout")
-    if not timeout > 0:
-        raise pytest.UsageError(f"--fp4-case-timeout must be > 0 seconds, got {timeout}")
-    return IsolatedRunner(WorkerSpec(python=python, init=init, timeout_s=timeout,
-                                     start_timeout_s=max(timeout, 300.0)))
 
 
 def _log_path(config: pytest.Config) -> Path | None:

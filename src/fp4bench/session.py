@@ -78,9 +78,7 @@ class Fp4Session:
         self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
                                  peaks=gpu_peaks)
         if opt("fp4_isolate"):
-            from fp4bench.plugin_runlog import isolated_runner
-
-            self.runner = isolated_runner(self.config, self.runner, str(self.device))
+            self.runner = _isolated_runner(self.config, self.runner, str(self.device))
         self.policy = Policy(**policy_kwargs(lambda name: opt("fp4_" + name.replace("-", "_"))))
 
     def measurement(self) -> dict[str, Any]:
@@ -325,6 +323,27 @@ class Fp4Session:
         if self.health:
             section["context_health"] = self.health
         return section
+
+
+def _isolated_runner(config: pytest.Config, runner: Any, device: str) -> Any:
+    """An ``IsolatedRunner`` that measures exactly as ``runner`` would, in a worker process."""
+    import sys
+    from dataclasses import asdict
+
+    from fp4bench.worker.pool import IsolatedRunner, WorkerSpec, interpreter
+
+    opt = config.getoption
+    try:
+        python = interpreter(opt("fp4_python") or sys.executable)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--fp4-python: {exc}") from None
+    init = {"device": device, "plugins": list(opt("fp4_plugin")), "timing": asdict(runner.timing),
+            "cold_l2": runner.cold_l2, "seed": runner.seed}
+    timeout = opt("fp4_case_timeout")
+    if not timeout > 0:
+        raise pytest.UsageError(f"--fp4-case-timeout must be > 0 seconds, got {timeout}")
+    return IsolatedRunner(WorkerSpec(python=python, init=init, timeout_s=timeout,
+                                     start_timeout_s=max(timeout, 300.0)))
 
 
 SESSION = pytest.StashKey[Fp4Session]()
