@@ -343,6 +343,7 @@ def test_bare_benchmark_compare_uses_the_approved_baseline(bench):
     assert "Comparing against benchmarks from" in out + res.stderr.str()  # pytest-benchmark reads it too
 
 
+@pytest.mark.filterwarnings("ignore:Benchmark machine_info is different")  # the baseline records none
 def test_bare_benchmark_compare_hands_a_slim_baseline_to_pytest_benchmark(bench):
     """The approved file is slim; pytest-benchmark's own compare (and --benchmark-compare-fail)
     still gets the baseline's samples, as a pytest-benchmark file."""
