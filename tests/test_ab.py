@@ -1,5 +1,6 @@
 """``fp4bench ab`` on CPU with two fake environments: the same interpreter twice, made
-different by environment variables read by the ``ab-spin`` backend (tests/fakes/ab_env.py)."""
+different by environment variables read by the ``ab-spin`` backend (tests/fakes/ab_env.py), or
+by the test-only slowdown wrapper loaded on one side."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fp4bench.ab.run import AbConfig, AbRunner, Side
 from fp4bench.ab.schedule import abba
 from fp4bench.cli_ab import ab_main
 from fp4bench.gate.verdict import Policy, Status
+from fp4bench.report import verdict_message
 from fp4bench.sweep import SweepOptions
 
 FAKES = str(Path(__file__).parent / "fakes")
@@ -56,7 +58,7 @@ def test_rounds_alternate_abba_and_both_sides_get_equal_samples(slow_b):
 def test_same_speed_passes_and_versions_that_differ_are_reported(slow_b):
     run, _ = slow_b
     result = judge(run, Policy(floor=0.2))
-    assert result.exit_code == 0, [v.message() for v in result.verdicts]
+    assert result.exit_code == 0, [verdict_message(v) for v in result.verdicts]
     js = to_json(run, result)
     assert {(r["a_version"], r["b_version"]) for r in js["benchmarks"]} == {("1.0", "2.0")}
 
@@ -66,7 +68,7 @@ def test_a_slower_b_fails_only_where_it_is_slower():
     # 10 ms calls: preemption slices on a loaded machine are small next to them
     run, _ = _run({"FAKE_SLOWDOWN": "3.0", "FAKE_SPIN_S": "0.01"}, {"FAKE_SPIN_S": "0.01"}, pairs=4, samples=5)
     result = judge(run, Policy(floor=0.2))
-    assert [v.status for v in result.verdicts] == [Status.FAIL, Status.FAIL], [v.message() for v in result.verdicts]
+    assert [v.status for v in result.verdicts] == [Status.FAIL, Status.FAIL], [verdict_message(v) for v in result.verdicts]
     assert all(v.pct > 20 for v in result.verdicts)  # +300 % spin; CPU contention can add more
 
 
@@ -85,10 +87,15 @@ def test_cli_ab_exit_codes_and_json(tmp_path, capsys, monkeypatch):
     common = ["--a", sys.executable, "--b", sys.executable, "--plugin", "ab_env",
               "--kinds", "dense", "--batches", "1", "--tp", "8", "--backends", "ab-spin", "--device", "cpu",
               "--rounds", "4", "--round-samples", "5", "--floor", "20"]
-    assert ab_main(common + ["--b-env", "FAKE_SLOWDOWN=3", "--json", str(out)]) == 1
+    # B alone loads the test-only slowdown wrapper: same benchmark names, every call +300 %
+    assert ab_main(common + ["--b-plugin", "fp4bench.testing.slowdown", "--b-env", "FP4BENCH_SLOWDOWN=ab-spin=3",
+                             "--json", str(out)]) == 1
     text = capsys.readouterr().out
     assert "FAIL" in text and "ABBA" in out.read_text()
-    assert json.loads(out.read_text())["counts"]["FAIL"] == 2
+    assert "side B ran TEST-ONLY backends: ab-spin (" in text and "side A ran" not in text
+    js = json.loads(out.read_text())
+    assert js["counts"]["FAIL"] == 2 and js["counts"]["MISSING"] == js["counts"]["NEW"] == 0
+    assert js["test_only"]["A"] == {} and list(js["test_only"]["B"]) == ["ab-spin"]
     assert ab_main(common + ["--rounds", "0"]) == 2
     assert "need --rounds >= 1" in capsys.readouterr().err
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-import fp4bench.plugin
+import fp4bench.session
 from _benchjson import B200, H200, bench_entry, bench_json, samples
 from fp4bench.backends import registry
 from fp4bench.backends.base import Availability, Prepared, Tactic
@@ -28,7 +28,7 @@ from fp4bench.backends.torch_bf16 import TorchBF16
 from fp4bench.cli import main as cli_main
 from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
-from fp4bench.gate.baseline import APPROVED, candidate_path
+from fp4bench.gate.store import APPROVED, candidate_path
 from test_plugin import BENCH_FILE, TINY
 
 pytest_plugins = ["pytester"]
@@ -78,6 +78,9 @@ def _isolated_registry(monkeypatch):
 
 
 # --- file builders ------------------------------------------------------------------------------
+
+
+SLOWED = {"torch-bf16": "torch-bf16 (torch.mm + test-only slowdown 0.05)"}
 
 
 def _file(benches: list[dict], fingerprint=H200, sweep: dict | None = None, **kw: Any) -> dict:
@@ -150,8 +153,9 @@ COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, 
      [], 2, "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("timer differs", lambda: _file(_runs(), sweep={"timer": "cpu"}), lambda: _file(_runs(), sweep={"timer": "graph"}),
      [], 2, "the baseline was timed with timer='graph' but this run with timer='cpu'"),
-    ("baseline had an injected slowdown", None, lambda: _file(_runs(), sweep={"inject_slowdown": 0.05}), [], 2,
-     "the baseline was measured with a test-only injected slowdown (inject_slowdown=0.05)"),
+    ("baseline ran a test-only backend", None, lambda: _file(_runs(), sweep={"test_only": SLOWED}), [], 2,
+     "the baseline ran test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
+     "it is not a reference"),
 ]
 
 
@@ -224,8 +228,9 @@ APPROVE_ROWS: list[tuple[str, Callable[[], dict], list[str], int, str]] = [
     ("subset shrinks coverage", lambda: _file(_runs(names=NAMES[:1])), [], 2,
      "has 1 benchmarks, 1 of the 2 in"),
     ("other L2 mode than the approved", lambda: _file(_runs(), sweep={"l2": "hot"}), [], 2, "l2="),
-    ("injected slowdown, even forced", lambda: _file(_runs(), sweep={"inject_slowdown": 0.05}), ["--force"], 2,
-     "measured with a test-only injected slowdown (inject_slowdown=0.05); it can never be approved"),
+    ("test-only backend, even forced", lambda: _file(_runs(), sweep={"test_only": SLOWED}), ["--force"], 2,
+     "its run measured test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
+     "a test of the gate can never be approved, not even with force"),
     ("poisoned context", lambda: _file(_runs(), clean=False), [], 2, "its run was not clean"),
 ]
 
@@ -243,7 +248,7 @@ def test_approve_rows(tmp_path, capsys, cand, args, code, message):
     _put(tmp_path, "root/nvidia-h200/approved.json", _file(_runs(), sweep={"l2": "cold"}))
     before = approved.read_bytes()
     c = _put(tmp_path, "cand.json", cand())
-    rc, out, err = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root"), *args])
+    rc, out, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root"), *args])
     assert rc == code, out + err
     assert message in err
     assert approved.read_bytes() == before  # the approved baseline is untouched
@@ -253,11 +258,11 @@ def test_approve_rows(tmp_path, capsys, cand, args, code, message):
 def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
     approved = _approved(tmp_path)
     c = _put(tmp_path, "cand.json", _file(_runs(names=NAMES[:1])))
-    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root")])
+    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root")])
     assert rc == 2 and f"approving would stop gating them (use force to shrink the baseline):\n  {NAMES[1]}" in err
-    rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--root", str(tmp_path / "root"), "--force"])
+    rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root"), "--force"])
     assert rc == 0 and f"no longer gated (1 benchmarks of the previous baseline):\n  {NAMES[1]}" in out
-    assert json.loads(approved.read_text())["fp4bench"]["approval"]["forced"] is True
+    assert json.loads(approved.read_text())["approval"]["forced"] is True
 
 
 @pytest.mark.parametrize("how", ["a file where the GPU folder should be", "read-only folder"])
@@ -272,7 +277,7 @@ def test_approve_into_an_unwritable_folder(tmp_path, capsys, monkeypatch, how):
         _put(tmp_path, "root/nvidia-h200", "not a folder")
         message = "cannot write"
     c = _put(tmp_path, "cand.json", GOOD)
-    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--root", str(root)])
+    rc, _, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(root)])
     assert rc == 2 and message in err
 
 
@@ -382,7 +387,7 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("bad routing + baseline", ["--fp4-routing", "zipf:abc", "--fp4-baseline", "base.json"], lambda d: d, 4,
      "Zipf exponent 'abc' is not a number"),
     ("bad floor + baseline", ["--fp4-floor", "nan", "--fp4-baseline", "base.json"], lambda d: d, 4,
-     "fp4bench: Policy.floor is a relative change (0.05 = 5 %), got nan"),
+     "argument --fp4-floor: percentage must be in [0, 1000), got nan"),
     ("baseline 200k deep", ["--fp4-baseline", "base.json"], lambda d: "[" * 200_000 + "]" * 200_000, 4,
      "fp4bench baseline: baseline file base.json nests JSON too deeply to be a baseline"),
     ("baseline is a folder", ["--fp4-baseline", "."], None, 4, "fp4bench baseline: baseline file . is not a file"),
@@ -464,16 +469,28 @@ def test_backend_output_of_the_wrong_dtype_or_shape_fails(bench, backend, what):
             f"wrong output dtype/shape: {what}") in res.stdout.str()
 
 
-def test_injected_slowdown_is_recorded_and_never_approved(bench, capsys):
-    res = bench.runpytest(*BF16, "--fp4-inject-slowdown", "0.05", "--fp4-save-baseline", "inj.json")
+def test_slowdown_wrapper_is_recorded_and_never_approved(bench, capsys, monkeypatch):
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "torch-bf16=0.05")
+    res = bench.runpytest(*BF16, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-save-baseline", "inj.json")
     assert res.ret == 0, res.stdout.str()
-    assert "injected a test-only slowdown: it is recorded and can never be approved" in res.stdout.str()
+    assert ("this run measured test-only backends (torch-bf16): it is recorded and can never be approved"
+            in res.stdout.str())
     sec = json.loads((bench.path / "inj.json").read_text())["fp4bench"]
-    assert sec["sweep"]["inject_slowdown"] == 0.05 and sec["clean"] is False
+    assert sec["sweep"]["test_only"] == {"torch-bf16": "torch-bf16 (torch.mm / torch._grouped_mm + test-only "
+                                                       "slowdown 0.05)"}
+    assert sec["clean"] is False
     assert sec["sweep"]["l2"] == "hot" and sec["sweep"]["timer"] == "cpu"
-    rc, _, err = _cli(capsys, ["baseline", "approve", str(bench.path / "inj.json"), "--root",
+    rc, _, err = _cli(capsys, ["baseline", "approve", str(bench.path / "inj.json"), "--baselines",
                                str(bench.path / "root"), "--force"])
-    assert rc == 2 and "it can never be approved" in err
+    assert rc == 2 and "a test of the gate can never be approved" in err
+
+
+def test_fault_backends_make_a_run_test_only(bench):
+    res = bench.runpytest(*TINY, "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", "fault-zero-band",
+                          "--fp4-save-baseline", "faults.json")
+    assert res.ret == 0, res.stdout.str()
+    sec = json.loads((bench.path / "faults.json").read_text())["fp4bench"]
+    assert list(sec["sweep"]["test_only"]) == ["fault-zero-band"] and sec["clean"] is False
 
 
 def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
@@ -482,7 +499,7 @@ def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
     def poisoned(st):
         st.health = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
-    monkeypatch.setattr(fp4bench.plugin, "_check_health", poisoned)
+    monkeypatch.setattr(fp4bench.session.Fp4Session, "check_health", poisoned)
     res = bench.runpytest(*BF16, "--fp4-save-baseline", "poisoned.json")
     assert res.ret == 1
     sec = json.loads((bench.path / "poisoned.json").read_text())["fp4bench"]

@@ -17,18 +17,14 @@ from fp4bench.gate.baseline import (
     SCHEMA,
     BaselineError,
     IncompatibleBaseline,
-    approve,
-    approved_path,
     availability_key,
     availability_value,
-    available_models,
-    candidate_path,
     check_compatible,
     load_baseline,
     make_section,
-    select_baseline,
     write_baseline,
 )
+from fp4bench.gate.store import approve, approved_path, available_models, candidate_path, select_baseline
 
 RNG = np.random.default_rng(0)
 
@@ -49,7 +45,6 @@ def test_load_round_trip(tmp_path):
     assert list(b.benchmarks) == [f"bench/test_fp4.py::test_gemm[m{i}]" for i in range(3)]
     rec = b.benchmarks["bench/test_fp4.py::test_gemm[m1]"]
     assert len(rec.samples) == 8 and rec.extra_info == {"kernels": ["k"]} and rec.name == "test_gemm[m1]"
-    assert "data" not in rec.stats and rec.stats["rounds"] == 8
     assert rec.median == pytest.approx(float(np.median(rec.samples)))
     assert b.availability["sgl|ds-v3-b64|default"] == "unsupported: needs sm100"
     assert b.sweep == {"models": ["synthetic"]}
@@ -181,23 +176,23 @@ def test_approve_refuses_dirty_and_unknown_candidates(tmp_path):
         approve(unknown, root)
     assert not approved_path(root, "nvidia-h200").exists()
     forced = approve(dirty, root, force=True)
-    section = json.loads(forced.approved.read_text())["fp4bench"]
-    assert section["approval"]["forced"] is True and forced.previous is None
+    assert load_baseline(forced.approved).approval["forced"] is True
 
 
-def test_approve_keeps_previous(tmp_path):
+def test_approve_replaces_the_approved_file_in_the_slim_format(tmp_path):
     root = tmp_path / "baselines"
     first = write_baseline(bench_json(entries(med=20e-6)), candidate_path(root, "nvidia-h200"))
     a1 = approve(first, root, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
-    assert a1.approved == root / "nvidia-h200" / "approved.json" and a1.previous is None
+    assert a1.approved == root / "nvidia-h200" / "approved.json"
+    name = "bench/test_fp4.py::test_gemm[m0]"
+    assert load_baseline(a1.approved).benchmarks[name].median == pytest.approx(20e-6, rel=0.05)
     second = write_baseline(bench_json(entries(med=30e-6)), tmp_path / "elsewhere" / "run.json")
     a2 = approve(second, root, now=datetime(2026, 2, 1, tzinfo=timezone.utc))
-    assert a2.previous == root / "nvidia-h200" / "history" / "approved-20260201T000000Z.json"
-    old, new = load_baseline(a2.previous), load_baseline(a2.approved)
-    name = "bench/test_fp4.py::test_gemm[m0]"
-    assert old.benchmarks[name].median == pytest.approx(20e-6, rel=0.05)
+    new = load_baseline(a2.approved)
     assert new.benchmarks[name].median == pytest.approx(30e-6, rel=0.05)
-    assert new.raw["fp4bench"]["approval"]["from"] == str(second)
+    assert new.approval == {"from": str(second), "at": "20260201T000000Z", "forced": False}
+    assert json.loads(a2.approved.read_text())["format"] == "fp4bench-baseline"
+    assert sorted(p.name for p in (root / "nvidia-h200").iterdir()) == ["approved.json", "candidates"]  # no history/
     with pytest.raises(BaselineError, match="already the approved"):
         approve(a2.approved, root)
 

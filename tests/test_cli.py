@@ -78,25 +78,36 @@ def _candidate(tmp_path, name, clean, verdicts=None):
 def test_baseline_approve_refuses_a_dirty_run_unless_forced(tmp_path, capsys):
     root = tmp_path / "baselines"
     dirty = _candidate(tmp_path, "dirty.json", clean=False, verdicts={"FAIL": 1})
-    assert main(["baseline", "approve", str(dirty), "--root", str(root)]) == 2
+    assert main(["baseline", "approve", str(dirty), "--baselines", str(root)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fp4bench baseline approve: ") and "not clean" in err
     assert not (root / "nvidia-h200" / "approved.json").exists()
 
-    assert main(["baseline", "approve", str(dirty), "--root", str(root), "--force"]) == 0
+    assert main(["baseline", "approve", str(dirty), "--baselines", str(root), "--force"]) == 0
     approved = root / "nvidia-h200" / "approved.json"
-    assert capsys.readouterr().out.strip() == f"approved: {approved}"
-    section = json.loads(approved.read_text())["fp4bench"]
-    assert section["approval"]["forced"] is True and section["approval"]["from"] == str(dirty)
+    assert capsys.readouterr().out.strip() == (f"approved: {approved} (slim format; the file it replaced is in "
+                                               "git's history)")
+    approval = json.loads(approved.read_text())["approval"]
+    assert approval["forced"] is True and approval["from"] == str(dirty)
 
-    # a clean run replaces it without force; the previous one is kept in history/
+    # a clean run replaces it without force
     clean = _candidate(tmp_path, "clean.json", clean=True)
-    assert main(["baseline", "approve", str(clean), "--root", str(root)]) == 0
-    out = capsys.readouterr().out
-    assert "previous kept at" in out and "/history/approved-" in out
-    assert json.loads(approved.read_text())["fp4bench"]["approval"]["forced"] is False
+    assert main(["baseline", "approve", str(clean), "--baselines", str(root)]) == 0
+    capsys.readouterr()
+    assert json.loads(approved.read_text())["approval"]["forced"] is False
+    assert not (root / "nvidia-h200" / "history").exists()
+
+
+def test_baseline_migrate_rewrites_in_the_slim_format(tmp_path, capsys):
+    run = _candidate(tmp_path, "run.json", clean=True)
+    out = tmp_path / "slim.json"
+    assert main(["baseline", "migrate", str(run), "--out", str(out)]) == 0
+    assert f"slim baseline written: {out}" in capsys.readouterr().out
+    assert json.loads(out.read_text())["format"] == "fp4bench-baseline"
+    assert main(["baseline", "migrate", str(tmp_path / "nope.json")]) == 2
+    assert "fp4bench baseline migrate: baseline file" in capsys.readouterr().err
 
 
 def test_baseline_approve_missing_file(tmp_path, capsys):
-    assert main(["baseline", "approve", str(tmp_path / "nope.json"), "--root", str(tmp_path)]) == 2
+    assert main(["baseline", "approve", str(tmp_path / "nope.json"), "--baselines", str(tmp_path)]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from fp4bench import formats
 from fp4bench.backends import flashinfer_moe as fim
 from fp4bench.backends.base import DEFAULT_TACTIC, Tactic, TacticUnsupported
 from fp4bench.backends.registry import get_backend
+from fp4bench.formats import sm90_interleave as sm90
 from fp4bench.operands import make_operands
 from fp4bench.problems import GemmProblem, MoEProblem
 from fp4bench.reference_moe import moe_error_bound
@@ -72,11 +73,11 @@ class FakeFlashInfer:
 
     def interleave_weights(self, w: torch.Tensor) -> torch.Tensor:
         assert w.dtype == torch.uint8 and w.dim() == 3 and w.is_contiguous()
-        return fim.sm90_interleave_fp4_weights(w)
+        return sm90.sm90_interleave_fp4_weights(w)
 
     def interleave_scales(self, s: torch.Tensor) -> torch.Tensor:
         assert s.dtype == torch.uint8 and s.dim() == 3
-        return fim.sm90_interleave_mxfp4_scales(s)
+        return sm90.sm90_interleave_mxfp4_scales(s)
 
     def tactic_runner(self, arch, x_dtype, weight_dtype, top_k, use_w4_group_scaling):
         assert arch == self.arch
@@ -114,13 +115,13 @@ class FakeFlashInfer:
         h, inter = hb * 2, fc2.shape[2] * 2
         assert fc2.shape == (e, h, inter // 2) and two_i == 2 * inter
         if self.mistake != "no_weight_deinterleave":
-            fc1, fc2 = fim.sm90_deinterleave_fp4_weights(fc1), fim.sm90_deinterleave_fp4_weights(fc2)
+            fc1, fc2 = sm90.sm90_deinterleave_fp4_weights(fc1), sm90.sm90_deinterleave_fp4_weights(fc2)
         s1, s2 = (q.view(torch.uint8) for q in quant_scales)
         if self.mistake == "no_scale_deinterleave":
             s1, s2 = s1.reshape(e, two_i, h // 32), s2.reshape(e, h, inter // 32)
         else:
-            s1 = fim.sm90_deinterleave_mxfp4_scales(s1, two_i, h // 32)
-            s2 = fim.sm90_deinterleave_mxfp4_scales(s2, h, inter // 32)
+            s1 = sm90.sm90_deinterleave_mxfp4_scales(s1, two_i, h // 32)
+            s2 = sm90.sm90_deinterleave_mxfp4_scales(s2, h, inter // 32)
         w1 = formats.mxfp4_dequantize(formats.MXFP4(fc1, s1))
         w2 = formats.mxfp4_dequantize(formats.MXFP4(fc2, s2))
         return w1, w2, x.float()
@@ -351,7 +352,7 @@ def test_registered_by_name() -> None:
 # --------------------------------------------------------------------------- layout models
 def _kernel_loop_interleave(w: torch.Tensor) -> torch.Tensor:
     """Scalar walk of interleave_fp4_weights_for_sm90_mixed_gemm_kernel's index arithmetic
-    (one expert), independent of the vectorized model; bit permutation from fim._BIT_SRC."""
+    (one expert), independent of the vectorized model; bit permutation from sm90._BIT_SRC."""
     rows, kb = w.shape
     cols = kb * 2
     flat, out = w.flatten().tolist(), [0] * w.numel()
@@ -361,7 +362,7 @@ def _kernel_loop_interleave(w: torch.Tensor) -> torch.Tensor:
         col = part * 32 + mma * 8 + lane % 4
         src = [row * kb + col, (row + 8) * kb + col, row * kb + col + 4, (row + 8) * kb + col + 4]
         raw = sum(flat[s] << (8 * i) for i, s in enumerate(src))
-        word = sum(((raw >> s) & 1) << d for d, s in enumerate(fim._BIT_SRC))
+        word = sum(((raw >> s) & 1) << d for d, s in enumerate(sm90._BIT_SRC))
         dst = (row + (mma % 2) * 8) * kb + part * 32 + lane // 8 * 16 + (lane % 4) * 4
         for i in range(4):
             out[dst + i] = (word >> (8 * i)) & 0xFF
@@ -369,20 +370,20 @@ def _kernel_loop_interleave(w: torch.Tensor) -> torch.Tensor:
 
 
 def test_weight_interleave_model_follows_the_kernel_and_inverts() -> None:
-    assert sorted(fim._BIT_SRC) == list(range(32))
+    assert sorted(sm90._BIT_SRC) == list(range(32))
     w = torch.randint(0, 256, (2, 32, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    il = fim.sm90_interleave_fp4_weights(w)
+    il = sm90.sm90_interleave_fp4_weights(w)
     assert torch.equal(il[1], _kernel_loop_interleave(w[1]))
     assert not torch.equal(il, w)
-    assert torch.equal(fim.sm90_deinterleave_fp4_weights(il), w)
+    assert torch.equal(sm90.sm90_deinterleave_fp4_weights(il), w)
     with pytest.raises(ValueError, match="n % 16"):
-        fim.sm90_interleave_fp4_weights(w[:, :8])
+        sm90.sm90_interleave_fp4_weights(w[:, :8])
 
 
 def test_scale_fold_model_matches_flashinfer_helper() -> None:
     s = torch.randint(0, 256, (3, 128, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
-    folded = fim.sm90_interleave_mxfp4_scales(s)
-    assert torch.equal(fim.sm90_deinterleave_mxfp4_scales(folded, 128, 8), s)
+    folded = sm90.sm90_interleave_mxfp4_scales(s)
+    assert torch.equal(sm90.sm90_deinterleave_mxfp4_scales(folded, 128, 8), s)
     assert folded[0, 0, 0, 0, 4 * 1 + 2] == s[0, 16 * 1 + 0, 2]     # byte 4j+g of row i = row 16j+i, group g
     prepare = pytest.importorskip("flashinfer.fused_moe.prepare", reason="flashinfer not installed")
     assert torch.equal(folded, prepare.interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32))

@@ -57,7 +57,8 @@ def test_tactic_counts_match_the_derived_table(runner):
 
 
 def test_interleave_models_equal_flashinfer(runner):
-    from fp4bench.backends.flashinfer_moe import FlashInferMoEApi, sm90_interleave_fp4_weights, sm90_interleave_mxfp4_scales
+    from fp4bench.backends.flashinfer_moe import FlashInferMoEApi
+    from fp4bench.formats.sm90_interleave import sm90_interleave_fp4_weights, sm90_interleave_mxfp4_scales
 
     g = torch.Generator(device=DEV).manual_seed(3)
     w = torch.randint(0, 256, (3, 512, 1024), dtype=torch.uint8, device=DEV, generator=g)

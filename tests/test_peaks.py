@@ -15,7 +15,6 @@ from fp4bench.measure.peaks import (
     peak_for,
     percent_of_peak,
 )
-from fp4bench.workloads import weight_only_intensity
 
 # datasheet table: name torch reports -> (table entry, FP4, FP8, BF16 dense TFLOP/s, TB/s, GB)
 DOC = {
@@ -97,8 +96,9 @@ def test_ridge_points_match_doc():
     assert peak_for("NVIDIA RTX PRO 6000 Blackwell Server Edition").ridge_point("mxfp4") == pytest.approx(1116, abs=1)
     assert peak_for("NVIDIA H200").ridge_point("nvfp4") is None  # no FP4 on SM90
     # "FP4 GEMM bandwidth-bound until M_e ≈ 316" on B200 (≈ 530 on GB300)
-    assert peak_for("NVIDIA B200").ridge_point("nvfp4") / weight_only_intensity(1) == pytest.approx(316, abs=1)
-    assert peak_for("NVIDIA GB300").ridge_point("nvfp4") / weight_only_intensity(1) == pytest.approx(527, abs=1)
+    # the ridge point over the weight-only intensity of one row, 2 / 0.5625 FLOP/B (NVFP4)
+    assert peak_for("NVIDIA B200").ridge_point("nvfp4") / (2 / 0.5625) == pytest.approx(316, abs=1)
+    assert peak_for("NVIDIA GB300").ridge_point("nvfp4") / (2 / 0.5625) == pytest.approx(527, abs=1)
 
 
 def test_with_measured_overrides_and_records_source():

@@ -88,8 +88,14 @@ class SteadySpin(TorchBF16):
         return prepared.out
 
 
+class OtherSpin(SteadySpin):
+    """A second steady backend: the one a slowdown of ``steady-spin`` must leave alone."""
+
+    name = "steady-spin-2"
+
+
 STEADY = SteadySpin()
-BACKENDS = [STEADY]
+BACKENDS = [STEADY, OtherSpin()]
 
 
 @pytest.fixture(autouse=True)
@@ -247,6 +253,34 @@ def test_confirm_step_remeasures_a_suspect_and_records_the_confirmed_samples(ben
     assert f"FAIL {first}: " in res.stdout.str()
 
 
+def test_slowdown_wrapper_fails_only_the_slowed_benchmarks_under_their_own_names(bench, monkeypatch):
+    """``fp4bench.testing.slowdown`` replaces steady-spin in place: the run's benchmark names are
+    the plain run's, the slowed ones FAIL against the plain baseline, the other backend's do not."""
+    both = [*GATE, "--fp4-backends", "steady-spin,steady-spin-2"]
+    res = bench.runpytest(*both, "--fp4-save-baseline", "plain.json")
+    assert res.ret == 0, res.stdout.str()
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "steady-spin=1.0")
+    res = bench.runpytest(*both, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-baseline", "plain.json",
+                          "--fp4-save-baseline", "slowed.json")
+    out = res.stdout.str()
+    assert res.ret == 1 and _outcomes(res) == {"passed": 2, "failed": 2}, out
+    for name in GATE_IDS:
+        assert f"FAIL {name}: " in out
+        assert f"FAIL {name.replace('steady-spin-', 'steady-spin-2-')}" not in out
+    assert "MISSING" not in out and "NEW (" not in out
+
+    def names(path: str) -> set[str]:
+        return {b["fullname"] for b in json.loads((bench.path / path).read_text())["benchmarks"]}
+
+    assert names("slowed.json") == names("plain.json") and len(names("plain.json")) == 4
+    sec = json.loads((bench.path / "slowed.json").read_text())["fp4bench"]
+    assert list(sec["sweep"]["test_only"]) == ["steady-spin"] and sec["clean"] is False
+    slowed = {b["fullname"]: b["stats"]["median"] for b in json.loads((bench.path / "slowed.json").read_text())["benchmarks"]}
+    plain = {b["fullname"]: b["stats"]["median"] for b in json.loads((bench.path / "plain.json").read_text())["benchmarks"]}
+    for name in GATE_IDS:  # +100 % of a 1 ms call, really spent (the CPU busy-wait)
+        assert slowed[name] > 1.6 * plain[name]
+
+
 # --- (e) MISSING ---------------------------------------------------------------------------------
 
 
@@ -307,6 +341,24 @@ def test_bare_benchmark_compare_uses_the_approved_baseline(bench):
     assert res.ret == 0, out
     assert "fp4bench verdict vs store/cpu/approved.json" in out
     assert "Comparing against benchmarks from" in out + res.stderr.str()  # pytest-benchmark reads it too
+
+
+@pytest.mark.filterwarnings("ignore:Benchmark machine_info is different")  # the baseline records none
+def test_bare_benchmark_compare_hands_a_slim_baseline_to_pytest_benchmark(bench):
+    """The approved file is slim; pytest-benchmark's own compare (and --benchmark-compare-fail)
+    still gets the baseline's samples, as a pytest-benchmark file."""
+    from fp4bench.gate.store import migrate
+
+    _baseline(bench, "store/cpu/run.json")
+    migrate(bench.path / "store/cpu/run.json", bench.path / "store/cpu/approved.json")
+    (bench.path / "store/cpu/run.json").unlink()
+    res = bench.runpytest(*GATE, "--benchmark-compare", "--benchmark-compare-fail=median:1000%",
+                          "--fp4-baselines", "store")
+    out = res.stdout.str() + res.stderr.str()
+    assert res.ret == 0, out
+    assert "fp4bench verdict vs store/cpu/approved.json" in out
+    assert "Comparing against benchmarks from" in out and "Failed to load" not in out
+    assert "(NOW)" in out  # pytest-benchmark's table has the baseline's rows next to this run's
 
 
 # --- (g) the fault plugin -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from fp4bench.measure import telemetry as tm
-from fp4bench.measure.telemetry import Telemetry, TelemetrySampler, decode_reasons, static_info
+from fp4bench.measure.telemetry import Telemetry, TelemetrySampler, decode_reasons
 
 
 class FakeNVMLError(Exception):
@@ -102,31 +102,6 @@ class FakeNVML:
         idx = min(self.snap, 1)
         self.snap += 1
         return [_field(self.throttle[i][idx] if self.throttle.get(i) is not None else None, i) for i in ids]
-
-    # static info
-    def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        return 700_000
-
-    def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        return 1980 if kind == self.NVML_CLOCK_SM else 3201
-
-    def nvmlDeviceGetPersistenceMode(self, h):
-        return 1
-
-    def nvmlDeviceGetEccMode(self, h):
-        return [1, 1]
-
-    def nvmlDeviceGetMigMode(self, h):
-        raise FakeNVMLError("Not Supported")
-
-    def nvmlDeviceGetVbiosVersion(self, h):
-        return "96.00.AF.00.01"
-
-    def nvmlDeviceGetName(self, h):
-        return "NVIDIA H200"
-
-    def nvmlSystemGetDriverVersion(self):
-        return "580.159.03"
 
 
 def _sample(fake: FakeNVML, seconds: float = 0.03, **kw) -> tuple[TelemetrySampler, Telemetry]:
@@ -346,9 +321,6 @@ def test_missing_pynvml_gives_all_none(fresh_nvml_state):
     info = tel.to_extra_info(10)
     json.dumps(info)
     assert info["power_w"] is None and info["joules_per_gemm"] is None
-    st = static_info(0)
-    assert "pynvml" in st["nvml_error"]
-    assert all(v is None for k, v in st.items() if k != "nvml_error")
 
 
 def test_nvml_init_failure_and_init_once(fresh_nvml_state):
@@ -370,25 +342,6 @@ def test_nvml_init_failure_and_init_once(fresh_nvml_state):
             pass
     assert tm.load_nvml()[0] is fake
     assert fake.inits == 1
-
-
-def test_static_info_guards_each_query():
-    info = static_info(0, nvml=FakeNVML())
-    assert info == {
-        "gpu_name": "NVIDIA H200",
-        "power_limit_w": 700.0,
-        "max_sm_clock_mhz": 1980,
-        "max_mem_clock_mhz": 3201,
-        "persistence_mode": True,
-        "ecc_enabled": True,
-        "mig_enabled": None,  # the fake refuses the MIG query
-        "vbios_version": "96.00.AF.00.01",
-        "driver_version": "580.159.03",
-    }
-    missing = static_info(5, nvml=FakeNVML())
-    assert "no device 5" in missing["nvml_error"] and missing["driver_version"] == "580.159.03"
-    with pytest.raises(ValueError, match="device_index"):
-        static_info(-2)
 
 
 def test_field_ids_follow_installed_pynvml():

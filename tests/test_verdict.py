@@ -24,6 +24,7 @@ from fp4bench.gate.verdict import (
     judge,
     min_attainable_p,
 )
+from fp4bench.report import verdict_message
 
 MED = 23.1e-6  # a decode-sized FP4 GEMM, seconds
 
@@ -79,7 +80,7 @@ def test_ten_percent_slower_fails_with_message():
     assert v.status is Status.FAIL and v.kind == "timing"
     assert 0.07 < v.ratio - 1 < 0.13
     assert v.p_adjusted < 1e-6
-    msg = v.message()
+    msg = verdict_message(v)
     assert msg.startswith("FAIL b::t[x]: ")
     assert "µs → " in msg and "floor 5%" in msg and "noise ±" in msg
     assert "SM clock 1980→1980 MHz" in msg and "throttle: none→none" in msg
@@ -253,7 +254,7 @@ def test_lost_tactic_fails_and_new_tactic_is_reported():
     by = {v.name: v for v in res.verdicts}
     lost = by["flashinfer-cutlass|p1|tile128"]
     assert lost.status is Status.FAIL and lost.kind == LOST_TACTIC
-    assert "init failed" in lost.message()
+    assert "init failed" in verdict_message(lost)
     gained = by["flashinfer-cutlass|p1|tile256"]
     assert gained.status is Status.NEW and gained.kind == NEW_TACTIC and gained.improved
     assert "sgl|p1|default" not in by
@@ -265,7 +266,7 @@ def test_throttled_run_is_invalid_under_the_invalid_policy():
     v, res = one(np.random.default_rng(13), 1.25, new_extra={"throttled": True, "throttle_reasons": ["SwPowerCap"]},
                  policy=Policy(throttle="invalid"))
     assert v.status is Status.INVALID and "throttled" in v.reason
-    assert "throttle: ?→SwPowerCap" in v.message()
+    assert "throttle: ?→SwPowerCap" in verdict_message(v)
     assert res.exit_code == 1  # INVALID fails unless accepted
     _, res = one(np.random.default_rng(13), 1.25, new_extra={"throttled": True},
                  policy=Policy(throttle="invalid", allow_ambiguous=True))
@@ -276,7 +277,7 @@ def test_throttled_run_is_judged_and_reported_by_default():
     # a power-capped H200 is the steady state of heavy kernels: judge the timing, show the state
     v, res = one(np.random.default_rng(13), 1.25, new_extra={"throttled": True, "throttle_reasons": ["SwPowerCap"]})
     assert v.status is Status.FAIL
-    assert "throttle: ?→SwPowerCap" in v.message()
+    assert "throttle: ?→SwPowerCap" in verdict_message(v)
     assert res.exit_code == 1
     v, _ = one(np.random.default_rng(14), 1.0, base_extra={"throttled": True}, new_extra={"throttled": True})
     assert v.status is Status.PASS

@@ -225,14 +225,7 @@ class CaseRunner:
         }
         if tactic.config is not None:
             info["tactic_config"] = tactic.config
-        if problem.kind == "dense":
-            info.update(m=problem.m, n=problem.n, k=problem.k)
-        elif problem.kind == "grouped":
-            info.update(n=problem.n, k=problem.k, tokens_per_expert=list(problem.tokens_per_expert),
-                        active_experts=problem.active_experts)
-        else:
-            info.update(hidden=problem.hidden, inter=problem.inter, num_tokens=problem.num_tokens,
-                        top_k=problem.top_k, active_experts=problem.active_experts)
+        info.update(problem.shape_info())
         return info
 
     def _rates(self, problem: Problem, backend: Backend, seconds: float) -> dict:
@@ -240,6 +233,6 @@ class CaseRunner:
         nbytes = problem.bytes_moved(backend.act_format, backend.weight_format)
         out = {"flops": flops, "bytes": nbytes, "tflops": flops / seconds / 1e12, "tbps": nbytes / seconds / 1e12}
         if self.peaks is not None:
-            tf, tb, pc, pb = peak_table.percent_of_peak(flops, nbytes, seconds, self.peaks, backend.weight_format)
+            _, _, pc, pb = peak_table.percent_of_peak(flops, nbytes, seconds, self.peaks, backend.weight_format)
             out.update(pct_peak_compute=pc, pct_peak_bandwidth=pb)
         return out

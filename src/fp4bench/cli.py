@@ -16,7 +16,8 @@ commands:
   compare BASE.json NEW.json   noise-aware regression verdict (exit 0 pass, 1 regression, 2 usage)
   power A.json B.json [--slowdowns 0,3,5]   gate's FAIL rate on an A/A pair with B scaled by 1+s
   fidelity [--ms 1,64,1024]    GPU: timer's graph kernel time vs eager kernel time, same window
-  baseline approve FILE        make a candidate run the approved baseline of its GPU model
+  baseline approve FILE        make a candidate run the approved baseline of its GPU model (slim format)
+  baseline migrate FILE        rewrite a baseline file in the slim format
   ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]   interleaved A/B of two stacks on this GPU
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
   shapes [--model M] [--batch B] [--gpu NAME]      per-role M, N, K, tokens/expert, FLOP/byte, ridge point
@@ -58,22 +59,32 @@ def _env(argv: Sequence[str]) -> int:
 
 def _baseline(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="fp4bench baseline")
+    from fp4bench.options import BASELINES
+
     sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("approve", help="copy a candidate to baselines/<gpu>/approved.json")
+    a = sub.add_parser("approve", help="write a candidate run as baselines/<gpu>/approved.json (slim format)")
     a.add_argument("candidate")
-    a.add_argument("--root", default="baselines")
+    BASELINES.add(a.add_argument)
     a.add_argument("--force", action="store_true",
                    help="approve even a run with failures/regressions, fewer benchmarks than the approved "
-                        "baseline, or another L2 mode/timer (never a run with an injected slowdown)")
+                        "baseline, or another L2 mode/timer (never a run of test-only backends)")
+    m = sub.add_parser("migrate", help="rewrite a baseline file in the slim format (nothing is judged)")
+    m.add_argument("file")
+    m.add_argument("--out", default=None, help="write here instead of rewriting FILE in place")
     args = ap.parse_args(argv)
-    from fp4bench.gate.baseline import BaselineError, approve
+    from fp4bench.gate.baseline import BaselineError
+    from fp4bench.gate.store import approve, migrate
 
     try:
-        res = approve(args.candidate, args.root, force=args.force)
+        if args.cmd == "migrate":
+            out = migrate(args.file, args.out)
+            print(f"slim baseline written: {out} ({out.stat().st_size} bytes)")
+            return 0
+        res = approve(args.candidate, args.baselines, force=args.force)
     except BaselineError as exc:
-        print(f"fp4bench baseline approve: {exc}", file=sys.stderr)
+        print(f"fp4bench baseline {args.cmd}: {exc}", file=sys.stderr)
         return 2
-    print(f"approved: {res.approved}" + (f" (previous kept at {res.previous})" if res.previous else ""))
+    print(f"approved: {res.approved} (slim format; the file it replaced is in git's history)")
     if res.dropped:
         print(f"no longer gated ({len(res.dropped)} benchmarks of the previous baseline):")
         print("\n".join(f"  {n}" for n in res.dropped))
@@ -88,8 +99,8 @@ def _workload(argv: Sequence[str]) -> int:
     ap.add_argument("--batch", default="512,1024")
     ap.add_argument("--tp", type=int, default=1)
     args = ap.parse_args(argv)
-    from fp4bench.workloads import (arithmetic_intensity, expected_active_experts, get_model,
-                                    mean_tokens_per_expert, parse_ints)
+    from fp4bench.options import parse_ints
+    from fp4bench.workloads import arithmetic_intensity, expected_active_experts, get_model, mean_tokens_per_expert
 
     try:
         m = get_model(args.model)

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _alpha, _percent, _print_safely
+from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _print_safely
+from fp4bench.options import FLOOR_DRIFT_ALPHA, SWEEP, add_options, policy_kwargs
 
 PROG = "fp4bench ab"
 
@@ -31,29 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--b", required=True, help="candidate stack: python interpreter or venv directory")
     ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
     ap.add_argument("--b-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
-    ap.add_argument("--b-inject-slowdown", type=float, default=0.0,
-                    help="TEST-ONLY: add this fraction of GPU time to every timed call of side B")
-    ap.add_argument("--models", default="glm-5")
-    ap.add_argument("--batches", default=None, help="default 1,64,512 on a GPU, 1,16 on a CPU")
-    ap.add_argument("--tp", default="1")
-    ap.add_argument("--routing", default="uniform")
-    ap.add_argument("--kinds", default="dense,grouped,moe")
-    ap.add_argument("--backends", default=None)
-    ap.add_argument("--tactics", choices=("default", "all"), default="default")
-    ap.add_argument("--full", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--plugin", action="append", default=[], help="backend module to load on both sides")
+    ap.add_argument("--a-plugin", action="append", default=[], metavar="MODULE",
+                    help="backend module only side A loads (repeatable; --plugin loads one on both sides)")
+    ap.add_argument("--b-plugin", action="append", default=[], metavar="MODULE",
+                    help="backend module only side B loads, e.g. fp4bench.testing.slowdown with "
+                         "--b-env FP4BENCH_SLOWDOWN=torch-bf16=0.05 to test the gate")
+    add_options(ap.add_argument, SWEEP)
     ap.add_argument("--rounds", type=int, default=8, help="timing rounds per side and benchmark (default 8)")
     ap.add_argument("--round-samples", type=int, default=10, help="samples per round (default 10)")
     ap.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a request is a hang")
     ap.add_argument("--timer", choices=("span", "cupti"), default="span",
                     help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
                          "cupti: kernel busy time, every round profiled (slower)")
-    ap.add_argument("--l2", choices=("cold", "hot"), default="cold")
-    ap.add_argument("--floor", type=_percent, default=5.0)
-    ap.add_argument("--drift", type=_percent, default=2.0)
-    ap.add_argument("--alpha", type=_alpha, default=0.05)
+    add_options(ap.add_argument, FLOOR_DRIFT_ALPHA)
     ap.add_argument("--json", default=None, help="write the verdicts as JSON here")
     return ap
 
@@ -67,31 +58,22 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     from fp4bench.ab.judge import judge, report, to_json
     from fp4bench.ab.run import AbConfig, AbRunner, Side
     from fp4bench.gate.verdict import Policy
-    from fp4bench.sweep import SweepOptions
-    from fp4bench.workloads import parse_ints, parse_models, parse_tps
+    from fp4bench.sweep import SweepOptions, sweep_options
 
     try:
         if args.rounds < 1 or args.round_samples < 3:
             raise ValueError(f"need --rounds >= 1 and --round-samples >= 3, got {args.rounds}, {args.round_samples}")
-        if not 0 <= args.b_inject_slowdown < 10:
-            raise ValueError(f"--b-inject-slowdown is a fraction (0.05 = 5 %), got {args.b_inject_slowdown}")
-        models = parse_models(args.models)
-        kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-        bad = [k for k in kinds if k not in ("dense", "grouped", "moe")]
-        if bad:
-            raise ValueError(f"--kinds: unknown kind(s) {bad}; use dense, grouped, moe")
-        policy = Policy(floor=args.floor / 100, drift=args.drift / 100, alpha=args.alpha)
+
+        def given(name: str):
+            return getattr(args, name.replace("-", "_"), None)
+
+        sweep_options(given, {}, on_gpu=False)  # a bad value is a usage error before any worker starts
+        policy = Policy(**policy_kwargs(given))
 
         def sweep_for(fp: dict) -> SweepOptions:
-            batches = args.batches or ("1,16" if fp.get("gpu_name") == "cpu" else "1,64,512")
-            return SweepOptions(models=tuple(m.name for m in models), batches=parse_ints(batches, "batch"),
-                                tps=parse_tps(args.tp, models),
-                                routings=tuple(r.strip() for r in args.routing.split(",") if r.strip()),
-                                kinds=kinds, full=args.full, tactics="all" if args.full else args.tactics,
-                                seed=args.seed,
-                                backends=tuple(b.strip() for b in args.backends.split(",")) if args.backends else None)
+            return sweep_options(given, {}, on_gpu=fp.get("gpu_name") != "cpu")
 
-        sides = (Side(args.a, dict(args.a_env)), Side(args.b, dict(args.b_env), args.b_inject_slowdown))
+        sides = (Side(args.a, dict(args.a_env), tuple(args.a_plugin)), Side(args.b, dict(args.b_env), tuple(args.b_plugin)))
         runner = AbRunner(*sides, AbConfig(sweep=SweepOptions(), device=args.device, pairs=args.rounds,
                                            round_samples=args.round_samples, timeout_s=args.case_timeout, timer=args.timer,
                                            plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed))

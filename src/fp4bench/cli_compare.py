@@ -14,30 +14,11 @@ from typing import Sequence
 from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
 from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy, compare
 from fp4bench.linelog import is_line_log, read_line_log, unreached_report, without_unreached
+from fp4bench.options import GATE, add_options, policy_kwargs
 from fp4bench.report import verdict_table
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 PROG = "fp4bench compare"
-
-
-def _percent(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage like 5 or 2.5, got {text!r}") from None
-    if not (0 <= v < 1000):
-        raise argparse.ArgumentTypeError(f"percentage must be in [0, 1000), got {v:g}")
-    return v
-
-
-def _alpha(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a significance level like 0.05, got {text!r}") from None
-    if not (0 < v < 1):
-        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1 (exclusive), got {v:g}")
-    return v
 
 
 def _print_safely(text: str) -> None:
@@ -60,22 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("base", help="baseline file (e.g. baselines/<gpu>/approved.json)")
     ap.add_argument("new", help="current run's --benchmark-json file, or its line log (*.lines.jsonl; "
                                 "a run killed part-way is judged on what it finished, marked partial)")
-    ap.add_argument("--floor", type=_percent, default=d.floor * 100,
-                    help="smallest slowdown that must fail, in %% (default %(default)g)")
-    ap.add_argument("--drift", type=_percent, default=d.drift * 100,
-                    help="run-to-run shift of an unchanged stack, in %%: changes within it of the floor "
-                         "fail too (guard band; default %(default)g)")
-    ap.add_argument("--alpha", type=_alpha, default=d.alpha,
-                    help="family-wise significance level, Holm-corrected (default %(default)g)")
+    add_options(ap.add_argument, GATE)
     ap.add_argument("--noise-k", type=float, default=d.noise_k,
                     help="multiple of the baseline's robust sigma counted as noise (default %(default)g)")
     ap.add_argument("--min-samples", type=int, default=d.min_samples,
                     help="fewer samples on either side => AMBIGUOUS (default %(default)d)")
-    ap.add_argument("--allow-missing", action="store_true",
-                    help="benchmarks absent from NEW do not fail the gate")
-    ap.add_argument("--fail-on-ambiguous", action="store_true", help="AMBIGUOUS verdicts fail the gate too")
-    ap.add_argument("--allow-ambiguous", action="store_true",
-                    help="INVALID verdicts and too-few-samples benchmarks do not fail the gate (they do by default)")
     ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch,
                     help="kernel-set change: report it or fail (default %(default)s)")
     ap.add_argument("--json", metavar="PATH", default=None,
@@ -94,17 +64,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse already printed usage / help
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
     try:
-        policy = Policy(
-            floor=args.floor / 100.0,
-            drift=args.drift / 100.0,
-            alpha=args.alpha,
-            noise_k=args.noise_k,
-            min_samples=args.min_samples,
-            allow_missing=args.allow_missing,
-            fail_on_ambiguous=args.fail_on_ambiguous,
-            allow_ambiguous=args.allow_ambiguous,
-            dispatch=args.dispatch,
-        )
+        policy = Policy(**policy_kwargs(lambda name: getattr(args, name.replace("-", "_"))),
+                        noise_k=args.noise_k, min_samples=args.min_samples, dispatch=args.dispatch)
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -12,29 +12,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _percent, _print_safely
+from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _print_safely
+from fp4bench.options import int_list, percent, positive_seconds
 
 PROG = "fp4bench fidelity"
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,64,1024, got {text!r}") from None
-    if any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"every M must be >= 1, got {text!r}")
-    return vals
-
-
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds like 0.5, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {v:g}")
-    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,11 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
         "of eager calls, interleaved in one profiled window so both see the same clock and power state.",
         epilog="exit status: 0 all rows within tolerance, 1 a row out of tolerance or with other kernels, 2 usage",
     )
-    ap.add_argument("--ms", type=_ints, default=_ints("1,16,64,256,1024,4096,16384"), help="GEMM M values")
+    ap.add_argument("--ms", type=int_list, default=int_list("1,16,64,256,1024,4096,16384"), help="GEMM M values")
     ap.add_argument("--n", type=int, default=4096, help="GEMM N (default: GLM-5 gate_up, 2 x 2048)")
     ap.add_argument("--k", type=int, default=6144, help="GEMM K (default: GLM-5 hidden size)")
-    ap.add_argument("--budget", type=_positive, default=1.0, help="seconds per timed / interleaved window")
-    ap.add_argument("--tolerance", type=_percent, default=2.0, help="allowed |graph/eager - 1|, in %% (default 2)")
+    ap.add_argument("--budget", type=positive_seconds, default=1.0, help="seconds per timed / interleaved window")
+    ap.add_argument("--tolerance", type=percent, default=2.0, help="allowed |graph/eager - 1|, in %% (default 2)")
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--json", type=Path, default=None, help="write the rows to this file")
     return ap

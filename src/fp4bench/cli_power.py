@@ -9,10 +9,12 @@ import argparse
 import sys
 from typing import Sequence
 
-from fp4bench.cli_compare import EXIT_OK, EXIT_USAGE, _alpha, _percent, _print_safely
+from fp4bench.cli_compare import EXIT_OK, EXIT_USAGE, _print_safely
 from fp4bench.gate.baseline import BaselineError, load_baseline
-from fp4bench.gate.power import detection_power, power_table
+from fp4bench.gate.power import detection_power
 from fp4bench.gate.verdict import Policy
+from fp4bench.options import FLOOR_DRIFT_ALPHA, add_options, policy_kwargs
+from fp4bench.report import power_table
 
 PROG = "fp4bench power"
 
@@ -34,7 +36,6 @@ def _slowdowns(text: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = Policy()
     ap = argparse.ArgumentParser(
         prog=PROG,
         description="Detection power of the gate on recorded samples: every sample of B (an A/A partner "
@@ -45,14 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("b", help="second run of the same stack")
     ap.add_argument("--slowdowns", type=_slowdowns, default=_slowdowns("0,3,4,5,6"),
                     help="slowdowns to apply to B, in %%, comma-separated (default 0,3,4,5,6)")
-    ap.add_argument("--floor", type=_percent, default=d.floor * 100,
-                    help="smallest slowdown that must fail, in %% (default %(default)g)")
-    ap.add_argument("--drift", type=_percent, default=d.drift * 100,
-                    help="run-to-run allowance (guard band), in %% (default %(default)g)")
+    add_options(ap.add_argument, FLOOR_DRIFT_ALPHA)
     ap.add_argument("--same-unit", action="store_true",
                     help="A and B come from one GPU though their fingerprints lack a UUID: keep the drift allowance")
-    ap.add_argument("--alpha", type=_alpha, default=d.alpha,
-                    help="family-wise significance level, Holm-corrected (default %(default)g)")
     return ap
 
 
@@ -63,7 +59,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse already printed usage / help
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
     try:
-        policy = Policy(floor=args.floor / 100, drift=args.drift / 100, alpha=args.alpha)
+        policy = Policy(**policy_kwargs(lambda name: getattr(args, name.replace("-", "_"), None)))
         rows = detection_power(load_baseline(args.a), load_baseline(args.b), args.slowdowns, policy,
                                same_unit=args.same_unit)
     except (BaselineError, ValueError) as e:  # IncompatibleBaseline is a BaselineError

@@ -25,7 +25,8 @@ def shapes_main(argv: Sequence[str] | None = None) -> int:
         return 0 if e.code in (0, None) else 2
     from fp4bench.measure.peaks import peak_for
     from fp4bench.problems import BYTES_PER_ELEMENT
-    from fp4bench.workloads import decode_problems, get_model, mean_tokens_per_expert, parse_ints
+    from fp4bench.options import parse_ints
+    from fp4bench.workloads import decode_problems, get_model, mean_tokens_per_expert
 
     try:
         model = get_model(args.model)
@@ -55,14 +56,12 @@ def shapes_main(argv: Sequence[str] | None = None) -> int:
         for p in probs:
             if p.kind == "moe":
                 continue  # the fused layer is its two grouped GEMMs, listed above it
-            if p.kind == "dense":
-                m, active, maxrows, per_expert = p.m, "-", "-", "-"
-            else:
-                m, active, maxrows, per_expert = p.total_rows, str(p.active_experts), \
-                    str(max(p.tokens_per_expert)), f"{tpe:.2f}"
+            rows = p.expert_rows
+            active, maxrows, per_expert = ("-", "-", "-") if rows is None else \
+                (str(sum(1 for r in rows if r)), str(max(rows)), f"{tpe:.2f}")
             intensity = p.flops / p.bytes_moved(fmt)
             bound = "-" if ridge is None else ("bandwidth" if intensity < ridge else "compute")
-            print(f"{b:>6} {p.origin.role:<15} {m:>6} {p.n:>6} {p.k:>6} {per_expert:>10} {active:>6} "
+            print(f"{b:>6} {p.origin.role:<15} {p.rows:>6} {p.n:>6} {p.k:>6} {per_expert:>10} {active:>6} "
                   f"{maxrows:>8} {intensity:>8.1f}  {bound}")
     print("M of a grouped role = routed rows summed over experts; tok/expert = batch·top_k/E (mean); "
           "FLOP/B counts each operand once, block scales included, bf16 output")

@@ -32,7 +32,6 @@ class LineLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
-        self.header_written = self.path.stat().st_size > 0
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
@@ -42,7 +41,6 @@ class LineLog:
     def header(self, fingerprint: Fingerprint, sweep: dict | None, planned: list[str], **extra: Any) -> None:
         self.write({"type": "header", "kind": KIND, "fingerprint": fingerprint.to_dict(), "sweep": sweep or {},
                     "planned": list(planned), **extra})
-        self.header_written = True
 
     def case(self, fullname: str, outcome: str, samples: list[float] | None = None,
              extra_info: dict | None = None, availability: dict[str, str] | None = None, reason: str = "") -> None:
@@ -132,7 +130,7 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
     if benches:  # the same validation as a baseline file (samples finite, names unique)
         run = parse_baseline(raw, source=str(p))
     else:
-        run = Baseline(fp, {}, avail, dict(head.get("sweep") or {}), None, {}, str(p), raw)
+        run = Baseline(fp, {}, avail, dict(head.get("sweep") or {}), None, {}, str(p))
     return LoggedRun(run, list(head.get("planned") or []), outcomes, complete, notes)
 
 

@@ -18,7 +18,6 @@ import torch
 from fp4bench import formats
 from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem, Problem
 
-QUANTIZED = ("nvfp4", "mxfp4", "fp8")
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 

@@ -1,51 +1,29 @@
 """pytest hooks for process isolation and the on-disk line log (registered by ``plugin``).
 
-``--fp4-isolate``: cases run in a worker process (``fp4bench.worker``); the plugin's
-``Fp4Session.runner`` becomes an ``IsolatedRunner`` with the same interface.
+``--fp4-isolate``: cases run in a worker process (``fp4bench.worker``); ``Fp4Session.runner``
+becomes an ``IsolatedRunner`` with the same interface; its worker is closed here at the end.
 ``--fp4-log PATH`` (default next to a ``--fp4-save-baseline`` JSON): each finished case is
 appended to a line log the moment its report is made (``fp4bench.linelog``).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from fp4bench.linelog import SUFFIX, LineLog
+from fp4bench.session import session_of
 
 _LOG = pytest.StashKey[LineLog]()
 _PLANNED = pytest.StashKey[list]()
 
 
-def isolated_runner(config: pytest.Config, runner, device: str):
-    """An ``IsolatedRunner`` that measures exactly as ``runner`` would, in a worker process."""
-    from dataclasses import asdict
-
-    from fp4bench.worker.pool import IsolatedRunner, WorkerSpec, interpreter
-
-    opt = config.getoption
-    try:
-        python = interpreter(opt("fp4_python") or sys.executable)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--fp4-python: {exc}") from None
-    init = {"device": device, "plugins": list(opt("fp4_plugin")), "timing": asdict(runner.timing),
-            "cold_l2": runner.cold_l2, "seed": runner.seed}
-    timeout = opt("fp4_case_timeout")
-    if not timeout > 0:
-        raise pytest.UsageError(f"--fp4-case-timeout must be > 0 seconds, got {timeout}")
-    return IsolatedRunner(WorkerSpec(python=python, init=init, timeout_s=timeout,
-                                     start_timeout_s=max(timeout, 300.0)))
-
-
 def _log_path(config: pytest.Config) -> Path | None:
-    from fp4bench.plugin import _JSON_PATH
-
     explicit = config.getoption("fp4_log", default=None)
     if explicit:
         return Path(explicit)
-    json_path = config.stash.get(_JSON_PATH, None)
+    json_path = session_of(config).json_path
     return Path(str(json_path) + SUFFIX) if json_path is not None else None
 
 
@@ -62,13 +40,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _log(config: pytest.Config) -> LineLog | None:
-    from fp4bench.plugin import _state
-
     log = config.stash.get(_LOG, None)
     if log is not None:
         return log
     path = _log_path(config)
-    st = _state(config)
+    st = session_of(config)
     if path is None or not st.ready:
         return None
     log = LineLog(path)
@@ -89,9 +65,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if log is None:
         return
     from fp4bench.gate.baseline import availability_key
-    from fp4bench.plugin import _state
-
-    st = _state(item.config)
+    st = session_of(item.config)
     samples, extra = st.measured.get(item.nodeid, (None, None))
     if extra is None:
         bench = getattr(item, "funcargs", {}).get("benchmark")
@@ -104,9 +78,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from fp4bench.plugin import _state
-
-    st = _state(session.config)
+    st = session_of(session.config)
     close = getattr(st.runner, "close", None)
     if close is not None:
         close()

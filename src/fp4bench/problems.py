@@ -11,6 +11,7 @@ A = activations, W = weights, K contiguous in both.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # Storage bytes per element including block scales.
 BYTES_PER_ELEMENT: dict[str, float] = {
@@ -57,6 +58,34 @@ class GemmProblem:
     @property
     def id(self) -> str:
         return f"{self.origin.tag()}-m{self.m}n{self.n}k{self.k}"
+
+    @property
+    def size(self) -> str:
+        """The shape for a results table."""
+        return f"M{self.m} N{self.n} K{self.k}"
+
+    @property
+    def operand_elements(self) -> int:
+        """Elements of the activations and weights (what a quantizer draws and decodes)."""
+        return self.m * self.k + self.n * self.k
+
+    @property
+    def rows(self) -> int:
+        """Rows of A the GEMMs multiply, summed over experts."""
+        return self.m
+
+    @property
+    def expert_rows(self) -> None:
+        """Rows per expert: a dense GEMM has no experts."""
+        return None
+
+    def gemm_dims(self) -> list[tuple[str, int, int]]:
+        """(label, N, K) of every GEMM inside the problem (what alignment rules check)."""
+        return [(self.origin.role or self.kind, self.n, self.k)]
+
+    def shape_info(self) -> dict[str, Any]:
+        """The shape as recorded in each measurement's ``extra_info``."""
+        return {"m": self.m, "n": self.n, "k": self.k}
 
     @property
     def flops(self) -> int:
@@ -118,6 +147,29 @@ class GroupedProblem:
             f"{self.origin.tag()}-e{self.num_experts}a{self.active_experts}"
             f"rows{self.total_rows}max{mx}n{self.n}k{self.k}"
         )
+
+    @property
+    def size(self) -> str:
+        return f"{self.total_rows} rows/{self.active_experts} experts N{self.n} K{self.k}"
+
+    @property
+    def operand_elements(self) -> int:
+        return self.total_rows * self.k + self.num_experts * self.n * self.k
+
+    @property
+    def rows(self) -> int:
+        return self.total_rows
+
+    @property
+    def expert_rows(self) -> tuple[int, ...]:
+        return self.tokens_per_expert
+
+    def gemm_dims(self) -> list[tuple[str, int, int]]:
+        return [(self.origin.role or self.kind, self.n, self.k)]
+
+    def shape_info(self) -> dict[str, Any]:
+        return {"n": self.n, "k": self.k, "tokens_per_expert": list(self.tokens_per_expert),
+                "active_experts": self.active_experts}
 
     @property
     def flops(self) -> int:
@@ -185,6 +237,31 @@ class MoEProblem:
             f"{self.origin.tag()}-t{self.num_tokens}e{self.num_experts}k{self.top_k}"
             f"a{self.active_experts}h{self.hidden}i{self.inter}"
         )
+
+    @property
+    def size(self) -> str:
+        return f"{self.num_tokens} tok x top{self.top_k} H{self.hidden} I{self.inter}"
+
+    @property
+    def operand_elements(self) -> int:
+        """Activations and the three weight matrices (gate, up, down) of every expert."""
+        return self.num_tokens * self.hidden + 3 * self.num_experts * self.inter * self.hidden
+
+    @property
+    def rows(self) -> int:
+        """Routed rows: each token once per chosen expert."""
+        return self.num_tokens * self.top_k
+
+    @property
+    def expert_rows(self) -> tuple[int, ...]:
+        return self.tokens_per_expert
+
+    def gemm_dims(self) -> list[tuple[str, int, int]]:
+        return [("gate_up", 2 * self.inter, self.hidden), ("down", self.hidden, self.inter)]
+
+    def shape_info(self) -> dict[str, Any]:
+        return {"hidden": self.hidden, "inter": self.inter, "num_tokens": self.num_tokens, "top_k": self.top_k,
+                "active_experts": self.active_experts}
 
     @property
     def flops(self) -> int:

@@ -1,4 +1,5 @@
-"""Plain-text, fixed-width tables for terminals and CI logs (no colour, no wide dependencies).
+"""How results read: plain-text, fixed-width tables for terminals and CI logs, and the text of
+one verdict (``verdict_message``) and of times and p-values (``format_seconds``, ``format_p``).
 
 ``verdict_table`` explains a gate decision: what changed in the stack, then every benchmark with
 FAIL first, then MISSING / NEW listed explicitly (renames show up as one of each).
@@ -12,7 +13,57 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from fp4bench.gate.verdict import OTHER_UNIT, CompareResult, Status, Verdict, format_p, format_seconds, other_unit
+from fp4bench.gate.power import PowerRow
+from fp4bench.gate.verdict import (KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, CompareResult, Policy, Status,
+                                   Verdict, other_unit)
+
+
+#: shown in the report header when the gate cannot rely on being on the baseline's own GPU
+OTHER_UNIT = "baseline from another/unknown GPU unit: re-approve on this runner for full sensitivity"
+
+
+def format_seconds(s: float | None) -> str:
+    """``2.31e-5`` -> ``"23.1 µs"``; ``"-"`` for no value."""
+    if s is None or not math.isfinite(s):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.4g} {unit}"
+    return f"{s / 1e-9:.4g} ns"
+
+
+def format_p(p: float | None) -> str:
+    """Two significant digits, one below 0.001 (``"0.012"``, ``"3e-05"``); ``"-"`` for no value."""
+    if p is None or not math.isfinite(p):
+        return "-"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
+
+
+def verdict_message(v: Verdict) -> str:
+    """One line that explains a verdict at a glance (pytest failure text, tables)."""
+    tag = v.status.value if v.kind == TIMING else f"{v.status.value} ({v.kind})"
+    head = f"{tag} {v.name}"
+    if v.kind in (LOST_TACTIC, NEW_TACTIC, KERNEL_CHANGE):
+        return f"{head}: {v.reason}"
+    if v.status is Status.MISSING:
+        return f"{head}: in the baseline ({format_seconds(v.base_median)}) but not measured now"
+    if v.status is Status.NEW:
+        return f"{head}: {format_seconds(v.new_median)} (not in the baseline)"
+    parts = [f"{v.pct:+.1f}%"] if v.pct is not None else []
+    if v.p_adjusted is not None:
+        parts.append(f"p={format_p(v.p_adjusted)}")
+    if v.floor is not None:
+        parts.append(f"floor {v.floor * 100:g}%")
+    if v.noise is not None:
+        parts.append(f"noise ±{v.noise * 100:.1f}%")
+    line = f"{head}: {format_seconds(v.base_median)} → {format_seconds(v.new_median)}"
+    if parts:
+        line += f" ({', '.join(parts)})"
+    line += f"; SM clock {v.base_clock or '?'}→{v.new_clock or '?'} MHz"
+    line += f", throttle: {v.base_throttle or '?'}→{v.new_throttle or '?'}"
+    if v.reason:
+        line += f" — {v.reason}"
+    return line
 
 
 def _render(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
@@ -146,6 +197,18 @@ def verdict_table(result: CompareResult) -> str:
     return "\n".join(lines)
 
 
+def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:
+    """``fp4bench power``'s rows (``gate.power``) as a text table, with the policy that produced them."""
+    head = (f"gate: floor {policy.floor * 100:g}%, drift {policy.drift * 100:g}%, alpha {policy.alpha:g}, "
+            f"noise k {policy.noise_k:g}")
+    lines = [head, f"{'slowdown':>9} {'FAIL':>11} {'rate':>6} {'AMBIGUOUS':>9} {'PASS':>5} {'other':>5} "
+                   f"{'median Δ':>9}"]
+    for r in rows:
+        lines.append(f"{r.slowdown * 100:8.2f}% {r.fail:5d} / {r.timed:<3d} {r.fail_rate:6.0%} {r.ambiguous:9d} "
+                     f"{r.passed:5d} {r.other:5d} {r.median_delta * 100:+8.2f}%")
+    return "\n".join(lines)
+
+
 # --- sweep results ----------------------------------------------------------------------------
 
 _Formatter = Callable[[Any], str]
@@ -204,3 +267,20 @@ def results_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | No
             cells.append(text)
         body.append(cells)
     return "\n".join(_render(header, body, right))
+
+
+def result_row(spec: Any, res: Any) -> dict:
+    """One line of the end-of-run table for a measured case (``sweep.CaseSpec``, ``case.CaseResult``):
+    size -> time, TFLOP/s, % of peak, notes."""
+    x = res.extra_info
+    p = spec.problem
+    notes = [x.get("timer", ""), x.get("l2", "")]
+    if x.get("throttled"):
+        notes.append("THROTTLED " + ",".join(x.get("throttle_reasons") or []))
+    if x.get("timing_note"):
+        notes.append(x["timing_note"])
+    return {"backend": spec.backend, "tactic": spec.tactic.label, "problem": f"{p.origin.model} b{p.origin.batch} {p.origin.role}",
+            "size": p.size, "median_s": res.timing.median_s, "tflops": x.get("tflops"),
+            "gbps": x["tbps"] * 1e3 if x.get("tbps") is not None else None, "pct_peak": x.get("pct_peak_compute"),
+            "pct_peak_bw": x.get("pct_peak_bandwidth"), "noise": x.get("rel_ci95"),
+            "sqnr_db": x.get("sqnr_db"), "notes": "; ".join(n for n in notes if n)}

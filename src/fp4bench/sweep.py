@@ -7,12 +7,14 @@ every backend and tactic before the next problem is drawn).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import torch
 
+from fp4bench.backends.alignment import Aligned, align_problem
 from fp4bench.backends.base import DEFAULT_TACTIC, Backend, Tactic, availability_of
 from fp4bench.problems import GemmProblem, Origin, Problem
-from fp4bench.workloads import Aligned, align_problem, decode_problems, get_model
+from fp4bench.workloads import decode_problems, get_model
 
 # Dense M sweep of the full run: powers of two 1…16384 plus the 32…1536 band where
 # FlashInfer #3398 returned zeros on SM120 (flashinfer-ai/flashinfer issue #3398).
@@ -50,15 +52,43 @@ class CaseSpec:
         return f"{self.backend}-{self.tactic.label}-{self.problem.id}"
 
 
+def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: bool,
+                  flag: str = "--") -> SweepOptions:
+    """The sweep to run from the ``options.SWEEP`` values; ``given(name)`` is an option's value
+    (``None``: not given). Given values win; then the active baseline's ``sweep`` (a compare run
+    measures what the baseline measured, so nothing is MISSING by accident); then the defaults.
+    ``ValueError`` names the bad value and its option (``flag`` + name). Backend names are not
+    checked here (a worker may register backends its parent does not know)."""
+    from fp4bench.options import parse_ints, parse_kinds, parse_models, parse_routings, parse_tps, split_list
+
+    def pick(option: str, key: str, default):
+        v = given(option)
+        if v is not None:
+            return v
+        b = base.get(key)
+        if isinstance(b, list):
+            return ",".join(str(x) for x in b) if b else default
+        return b if b is not None else default
+
+    models = parse_models(pick("models", "models", "glm-5"), f"{flag}models")
+    backends = pick("backends", "backends", None)
+    full = bool(pick("full", "full", False))
+    routings = pick("routing", "routings", "uniform")
+    parse_routings(routings, f"{flag}routing")  # a bad spec is a usage error now, not a collection traceback
+    return SweepOptions(models=tuple(m.name for m in models),
+                        batches=parse_ints(pick("batches", "batches", "1,64,512" if on_gpu else "1,16"),
+                                           f"{flag}batches"),
+                        tps=parse_tps(str(pick("tp", "tps", "1")), models, f"{flag}tp"),
+                        routings=tuple(split_list(routings, f"{flag}routing")),
+                        kinds=parse_kinds(pick("kinds", "kinds", "dense,grouped,moe"), f"{flag}kinds"),
+                        backends=tuple(split_list(backends, f"{flag}backends")) if backends else None,
+                        full=full, tactics=pick("tactics", "tactics", "all" if full else "default"),
+                        seed=given("seed") or 0)
+
+
 def operand_bytes(problem: Problem) -> int:
     """bf16 originals + fp32 decoded copies drawn for the problem (what a CPU run must hold)."""
-    if problem.kind == "dense":
-        elems = problem.m * problem.k + problem.n * problem.k
-    elif problem.kind == "grouped":
-        elems = problem.total_rows * problem.k + problem.num_experts * problem.n * problem.k
-    else:
-        elems = problem.num_tokens * problem.hidden + 3 * problem.num_experts * problem.inter * problem.hidden
-    return elems * (2 + 4)
+    return problem.operand_elements * (2 + 4)
 
 
 def problems_for(opts: SweepOptions) -> list[Problem]:

@@ -2,21 +2,20 @@
 
 Why: decode-step expert GEMMs have tiny, uneven per-expert row counts (M_e ~ 1-16) that
 uniform-M sweeps miss. This module turns a model's geometry and a seeded routing into exactly
-those problems, exposes the decode arithmetic (tokens per expert, active
-experts, arithmetic intensity) as functions, applies backend alignment rules without ever
-dropping a shape silently, and parses the CLI / pytest option strings.
+those problems, and exposes the decode arithmetic (tokens per expert, active experts, arithmetic
+intensity) as functions.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from fp4bench.models import MoEModel, get_model, list_models
+from fp4bench.models import MoEModel, get_model
 from fp4bench.problems import (
     BYTES_PER_ELEMENT,
     OUTPUT_BYTES,
@@ -203,25 +202,6 @@ def expected_active_experts(num_experts: int, top_k: int, batch: int) -> float:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** batch)
 
 
-def expert_weight_bytes(model: str | MoEModel, fmt: str | None = None, tp: int = 1) -> tuple[float, float]:
-    """(gate_up, down) weight bytes of one routed expert on one TP rank, block scales included.
-
-    ``fmt`` defaults to the model's FP4 format. This is what a decode step streams per active
-    expert, so it sets the bandwidth floor of the grouped GEMMs.
-    """
-    m = get_model(model)
-    fmt = fmt or m.fp4_format
-    if fmt not in BYTES_PER_ELEMENT:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(BYTES_PER_ELEMENT)}")
-    (gn, gk), (dn, dk) = m.gate_up_nk(tp), m.down_nk(tp)
-    return gn * gk * BYTES_PER_ELEMENT[fmt], dn * dk * BYTES_PER_ELEMENT[fmt]
-
-
-def rows_per_active_expert(num_experts: int, top_k: int, batch: int) -> float:
-    """B·k / E[active experts]: the typical M_e of a decode grouped GEMM."""
-    return batch * top_k / expected_active_experts(num_experts, top_k, batch)
-
-
 def arithmetic_intensity(m_e: float, n: int, k: int, fmt: str = "nvfp4") -> float:
     """FLOP per byte of one expert's ``[m_e, k] x [n, k]^T`` GEMM with both operands in ``fmt``.
 
@@ -234,217 +214,3 @@ def arithmetic_intensity(m_e: float, n: int, k: int, fmt: str = "nvfp4") -> floa
         raise ValueError(f"m_e, n, k must be positive, got {m_e}, {n}, {k}")
     bpe = BYTES_PER_ELEMENT[fmt]
     return 2.0 * m_e * n * k / (n * k * bpe + m_e * k * bpe + m_e * n * OUTPUT_BYTES)
-
-
-def weight_only_intensity(m_e: float, fmt: str = "nvfp4") -> float:
-    """The doc's simplification 2·M_e / bytes-per-weight (≈ 3.56·M_e for NVFP4): weights only."""
-    if fmt not in BYTES_PER_ELEMENT:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(BYTES_PER_ELEMENT)}")
-    return 2.0 * m_e / BYTES_PER_ELEMENT[fmt]
-
-
-# --------------------------------------------------------------------------------------------
-# alignment
-
-
-@dataclass(frozen=True)
-class AlignmentPolicy:
-    """A backend's shape rule: N % n_multiple and K % k_multiple, and what to do otherwise.
-
-    ``action="skip"``: misaligned problems become ``Skipped`` with the reason (the backend cannot
-    run them as-is). ``action="pad"``: round the dimension up, as the serving ``stack`` does.
-    For gate_up GEMMs (N = 2·I) padding rounds I, so N becomes 2·roundup(I), matching stacks that
-    pad the intermediate before fusing gate and up.
-    """
-
-    name: str
-    k_multiple: int
-    n_multiple: int
-    action: str = "skip"
-    stack: str = ""
-
-    def __post_init__(self) -> None:
-        for f in ("k_multiple", "n_multiple"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"AlignmentPolicy.{f} must be a positive int, got {v!r}")
-        if self.action not in ("skip", "pad"):
-            raise ValueError(f"AlignmentPolicy.action must be 'skip' or 'pad', got {self.action!r}")
-        if self.action == "pad" and not self.stack:
-            raise ValueError("a padding policy must name the serving stack that pads this way")
-
-
-#: torch._scaled_mm / cuBLASLt FP4
-CUBLASLT_FP4 = AlignmentPolicy("torch cuBLASLt FP4", k_multiple=32, n_multiple=16)
-#: FlashInfer mm_fp4 CUTLASS and sgl_kernel cutlass_scaled_fp4_mm on SM100/103
-CUTLASS_FP4_SM100 = AlignmentPolicy("CUTLASS FP4 GEMM (SM100/103)", k_multiple=32, n_multiple=32)
-#: sglang/vLLM SM100 FlashInfer MXFP4 MoE: round_up(hidden, 256), round_up(I/TP, 256)
-FLASHINFER_MXFP4_PAD = AlignmentPolicy(
-    "FlashInfer MXFP4 MoE padding",
-    k_multiple=256,
-    n_multiple=256,
-    action="pad",
-    stack="vLLM/sglang FlashInfer MXFP4 paths",
-)
-
-
-@dataclass(frozen=True)
-class Aligned:
-    """A runnable problem; ``original`` differs from ``problem`` when it was padded (see ``note``)."""
-
-    problem: Problem
-    original: Problem
-    note: str = ""
-
-    @property
-    def padded(self) -> bool:
-        return self.problem != self.original
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A problem a backend cannot run, kept with the reason so reports show it, never dropped."""
-
-    problem: Problem
-    reason: str
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def _gemm_dims(problem: Problem) -> list[tuple[str, int, int]]:
-    """(label, n, k) of every GEMM inside the problem."""
-    if isinstance(problem, MoEProblem):
-        return [("gate_up", 2 * problem.inter, problem.hidden), ("down", problem.hidden, problem.inter)]
-    return [(problem.origin.role or problem.kind, problem.n, problem.k)]
-
-
-def _violations(problem: Problem, policy: AlignmentPolicy) -> list[str]:
-    out = []
-    for label, n, k in _gemm_dims(problem):
-        if k % policy.k_multiple:
-            out.append(f"{label} K={k} is not a multiple of {policy.k_multiple}")
-        if n % policy.n_multiple:
-            out.append(f"{label} N={n} is not a multiple of {policy.n_multiple}")
-    return out
-
-
-def _padded(problem: Problem, policy: AlignmentPolicy) -> tuple[Problem, list[str]]:
-    changes: list[str] = []
-
-    def up(label: str, x: int, mult: int) -> int:
-        y = _round_up(x, mult)
-        if y != x:
-            changes.append(f"{label} {x}→{y}")
-        return y
-
-    if isinstance(problem, MoEProblem):
-        mult = math.lcm(policy.k_multiple, policy.n_multiple)
-        # gate_up N = 2·inter must be % n_multiple: rounding inter to lcm covers both GEMMs
-        return replace(problem, hidden=up("H", problem.hidden, mult), inter=up("I", problem.inter, mult)), changes
-    k = up("K", problem.k, policy.k_multiple)
-    if problem.origin.role.endswith("gate_up") and problem.n % 2 == 0:
-        n = 2 * up("I", problem.n // 2, policy.n_multiple)
-        if n != problem.n:
-            changes.append(f"N {problem.n}→{n}")
-    else:
-        n = up("N", problem.n, policy.n_multiple)
-    return replace(problem, n=n, k=k), changes
-
-
-def align_problem(problem: Problem, policy: AlignmentPolicy) -> Aligned | Skipped:
-    """Apply ``policy``: the problem unchanged, padded (with a note naming the stack), or Skipped."""
-    bad = _violations(problem, policy)
-    if not bad:
-        return Aligned(problem, problem)
-    if policy.action == "skip":
-        return Skipped(problem, f"{problem.id}: {'; '.join(bad)} ({policy.name} requirement)")
-    padded, changes = _padded(problem, policy)
-    return Aligned(padded, problem, f"padded {', '.join(changes)} as {policy.stack} do")
-
-
-def align_all(problems: Iterable[Problem], policy: AlignmentPolicy) -> tuple[list[Aligned], list[Skipped]]:
-    """Split problems into runnable (possibly padded) ones and skipped ones with reasons."""
-    kept: list[Aligned] = []
-    skipped: list[Skipped] = []
-    for p in problems:
-        r = align_problem(p, policy)
-        (skipped if isinstance(r, Skipped) else kept).append(r)  # type: ignore[arg-type]
-    return kept, skipped
-
-
-def scale_padding_note(k: int, fmt: str = "nvfp4") -> str:
-    """What the 128x4 scale swizzle pads for reduction length ``k`` ("" when nothing).
-
-    Scale columns = K / block (16 NVFP4, 32 MXFP4), padded to a multiple of 4; so NVFP4 K is
-    effectively granular to 64 elements in the scale buffer (K=96: 6 columns padded to 8).
-    """
-    block = {"nvfp4": 16, "mxfp4": 32}.get(fmt)
-    if block is None:
-        raise ValueError(f"scale padding applies to nvfp4/mxfp4, got {fmt!r}")
-    if k % block:
-        raise ValueError(f"K={k} is not a multiple of the {fmt} block size {block}")
-    cols = k // block
-    padded = _round_up(cols, 4)
-    return "" if padded == cols else f"K={k}: {cols} {fmt} scale columns padded to {padded} by the 128x4 swizzle"
-
-
-# --------------------------------------------------------------------------------------------
-# option parsing (CLI / pytest)
-
-
-def _split(text: str, what: str) -> list[str]:
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{what}: expected a comma-separated list, got {text!r}")
-    items = [t.strip() for t in text.split(",")]
-    if any(not t for t in items):
-        raise ValueError(f"{what}: empty item in {text!r}")
-    return items
-
-
-def parse_models(text: str) -> tuple[MoEModel, ...]:
-    """"glm-5,deepseek-v3" -> models (aliases allowed, duplicates removed, "all" = every model)."""
-    items = _split(text, "models")
-    if items == ["all"]:
-        return tuple(get_model(n) for n in list_models())
-    out: list[MoEModel] = []
-    for item in items:
-        m = get_model(item)  # ValueError names the unknown model and the known ones
-        if m not in out:
-            out.append(m)
-    return tuple(out)
-
-
-def parse_ints(text: str, what: str = "batch") -> tuple[int, ...]:
-    """"1,16,512" -> (1, 16, 512); every value a positive integer (``what`` names it in errors)."""
-    out: list[int] = []
-    for item in _split(text, what):
-        try:
-            v = int(item)
-        except ValueError:
-            raise ValueError(f"{what}: {item!r} in {text!r} is not an integer") from None
-        if v <= 0:
-            raise ValueError(f"{what}: values must be positive, got {v} in {text!r}")
-        if v not in out:
-            out.append(v)
-    return tuple(out)
-
-
-def parse_tps(text: str, models: Iterable[MoEModel] = ()) -> tuple[int, ...]:
-    """TP sizes, each checked to divide every given model's intermediate sizes."""
-    tps = parse_ints(text, "tp")
-    for m in models:
-        for tp in tps:
-            m.check_tp(tp)
-    return tps
-
-
-def parse_routings(text: str) -> tuple[Routing, ...]:
-    """"uniform,zipf:1.2" -> routings."""
-    out: list[Routing] = []
-    for item in _split(text, "routing"):
-        r = parse_routing(item)
-        if r not in out:
-            out.append(r)
-    return tuple(out)

@@ -49,7 +49,7 @@ def judge(run: AbRun, policy: Policy) -> CompareResult:
             v = _named(p)
             if v is not None:
                 extra_verdicts.append(v)
-    base = Baseline(fa, records, avail_a, {}, None, {}, "side A", {})
+    base = Baseline(fa, records, avail_a, {}, None, {}, "side A")
     result = compare(base, current, avail_b, policy, fb)
     result.verdicts += extra_verdicts
     return result
@@ -83,7 +83,11 @@ def report(run: AbRun, result: CompareResult) -> str:
     lines = [f"A: {run.fingerprints['A'].get('gpu_name')} {run.fingerprints['A'].get('gpu_uuid') or ''}".rstrip(),
              f"stack A → B: {describe_changes(result.changes)}",
              "prepare + check (JIT build/load included, never timed): "
-             + ", ".join(f"{s} {run.check_seconds[s]:.1f} s" for s in ("A", "B")), ""]
+             + ", ".join(f"{s} {run.check_seconds[s]:.1f} s" for s in ("A", "B"))]
+    for side, found in sorted(run.test_only.items()):
+        if found:
+            lines.append(f"side {side} ran TEST-ONLY backends: " + "; ".join(found.values()))
+    lines.append("")
     changed = version_changes(run, result)
     if changed:
         lines.append("backend versions that differ, per benchmark:")
@@ -111,7 +115,7 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
         })
     return {
         "fingerprints": run.fingerprints, "changes": [list(c) for c in result.changes],
-        "policy": dataclasses.asdict(result.policy), "check_seconds": run.check_seconds,
+        "policy": dataclasses.asdict(result.policy), "check_seconds": run.check_seconds, "test_only": run.test_only,
         "counts": result.counts(), "exit_code": result.exit_code,
         "delta_abs": None if spread is None else dict(zip(("n", "median", "p95", "max"), spread)),
         "benchmarks": rows, "not_reached": list(run.not_reached),

@@ -22,12 +22,12 @@ from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
 @dataclass(frozen=True)
 class Side:
-    """One environment: its interpreter (or venv), extra environment variables, and a test-only
-    slowdown injected into its timed calls (``TimingConfig.inject_slowdown``, GPU only)."""
+    """One environment: its interpreter (or venv), extra environment variables, and backend
+    modules only this side loads (e.g. ``fp4bench.testing.slowdown`` on B, to test the gate)."""
 
     python: str
     env: dict[str, str] = field(default_factory=dict)
-    inject_slowdown: float = 0.0
+    plugins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,24 +73,26 @@ class AbRun:
     versions: dict[str, dict[str, str | None]]
     pairs: list[Paired]
     check_seconds: dict[str, float]
+    #: per side, the test-only backends its worker registered (``{name: description}``)
+    test_only: dict[str, dict[str, str]] = field(default_factory=dict)
     #: benchmarks listed but never judged because the run was interrupted (Ctrl-C / SIGINT)
     not_reached: list[str] = field(default_factory=list)
 
 
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
     """The worker's init message: the default timing method (the round sample count is set per
-    request), plus this side's test-only slowdown."""
+    request), the backend modules of both sides and of this side."""
     from fp4bench.measure.timing import TimingConfig
 
-    timing = TimingConfig(inject_slowdown=side.inject_slowdown)
-    return {"device": cfg.device, "plugins": list(cfg.plugins), "timing": asdict(timing),
-            "cold_l2": cfg.cold_l2, "seed": cfg.seed}
+    return {"device": cfg.device, "plugins": list(cfg.plugins) + list(side.plugins),
+            "timing": asdict(TimingConfig()), "cold_l2": cfg.cold_l2, "seed": cfg.seed}
 
 
 class AbRunner:
     def __init__(self, a: Side, b: Side, cfg: AbConfig, progress: Callable[[str], None] | None = None):
         self.cfg = cfg
         self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.test_only: dict[str, dict[str, str]] = {}  # per side, filled when the workers start
         self.workers = {
             label: Worker(WorkerSpec(python=interpreter(s.python), env=dict(s.env), init=_init(s, cfg),
                                      timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0)),
@@ -109,6 +111,7 @@ class AbRunner:
         for side, w in self.workers.items():
             ready = w.start()
             fps[side] = ready["fingerprint"]
+            self.test_only[side] = dict(ready.get("test_only") or {})
             self.progress(f"[{side}] worker {ready['pid']}: {ready.get('python')} "
                           f"(torch {fps[side].get('torch')}, flashinfer {fps[side].get('flashinfer') or '-'})")
         return fps
@@ -137,7 +140,7 @@ class AbRunner:
         finally:
             for w in self.workers.values():
                 w.kill() if interrupted else w.close()  # an interrupted worker may be mid-case
-        return AbRun(fps, {s: listed[s]["versions"] for s in SIDES}, pairs, check_s,
+        return AbRun(fps, {s: listed[s]["versions"] for s in SIDES}, pairs, check_s, self.test_only,
                      not_reached=names[len(pairs):])
 
     def _one(self, name: str, by_side: dict, where: str) -> Paired:

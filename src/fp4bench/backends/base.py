@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from fp4bench.backends.alignment import AlignmentPolicy, Skipped, align_problem
 from fp4bench.operands import Operands
 from fp4bench.problems import Problem
-from fp4bench.workloads import AlignmentPolicy, Skipped, align_problem
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,9 @@ class Backend(ABC):
     weight_format: ClassVar[str]
     #: human-readable description of what is being called
     api: ClassVar[str] = ""
-    #: True when the backend only runs on CUDA devices
-    needs_cuda: ClassVar[bool] = True
+    #: True for the test-only backends of ``fp4bench.testing`` (faults, slowdown wrappers): a run
+    #: that measures one is recorded as such and never becomes a baseline
+    test_only: ClassVar[bool] = False
     #: shape rule the library checks (N % n_multiple, K % k_multiple); misaligned problems are
     #: reported unsupported with the policy's name, never run
     alignment: ClassVar[AlignmentPolicy | None] = None

@@ -29,9 +29,9 @@ import torch
 from fp4bench import formats
 from fp4bench.backends import _gating
 from fp4bench.backends._marshal import decode_scale, mxfp4_pair, nvfp4_alpha, nvfp4_pair
+from fp4bench.backends.alignment import CUBLASLT_FP4
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic, TacticUnsupported
 from fp4bench.operands import Operands
-from fp4bench.workloads import CUBLASLT_FP4
 from fp4bench.problems import GemmProblem, Problem
 
 NVFP4_SMS = frozenset({100, 103, 110, 120, 121})

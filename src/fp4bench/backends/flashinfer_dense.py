@@ -29,9 +29,9 @@ from fp4bench import formats
 from fp4bench.backends import _gating
 from fp4bench.backends._errors import tactic_failure
 from fp4bench.backends._marshal import nvfp4_alpha, nvfp4_pair
+from fp4bench.backends.alignment import CUTLASS_FP4_SM100
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
 from fp4bench.operands import Operands
-from fp4bench.workloads import CUTLASS_FP4_SM100
 from fp4bench.problems import GemmProblem, Problem
 
 SUPPORTED_SMS = frozenset({100, 103, 110, 120, 121})

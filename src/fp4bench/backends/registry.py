@@ -2,7 +2,10 @@
 
 Adding a backend = one module in this package defining ``BACKENDS = [...]``. Third parties
 ship a module with the same attribute and either declare it under the entry-point group
-``fp4bench.backends`` or pass ``--fp4-plugin=module`` / ``load_plugin("module")``.
+``fp4bench.backends`` or pass ``--fp4-plugin=module`` / ``load_plugin("module")``. A plugin
+module may instead (or also) define ``wrap_backends(get_backend) -> list[Backend]``: each
+returned backend replaces the registered one of the same name, so benchmark names stay those
+of an unwrapped run (``fp4bench.testing.slowdown``).
 Discovery only imports our adapter modules; adapters import their libraries lazily in
 ``availability`` so that a broken library never breaks discovery.
 """
@@ -12,11 +15,12 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import pkgutil
+from collections.abc import Iterable
 from types import ModuleType
 
 from fp4bench.backends.base import Backend
 
-_NOT_BACKEND_MODULES = {"base", "registry"}
+_NOT_BACKEND_MODULES = {"alignment", "base", "registry"}
 _registry: dict[str, Backend] = {}
 _loaded_builtins = False
 
@@ -33,10 +37,16 @@ def register(backend: Backend) -> None:
 
 def _register_module(mod: ModuleType) -> None:
     backends = getattr(mod, "BACKENDS", None)
-    if backends is None:
+    wrap = getattr(mod, "wrap_backends", None)
+    if backends is None and wrap is None:
         raise ValueError(f"backend module {mod.__name__} defines no BACKENDS list")
-    for b in backends:
+    for b in backends or ():
         register(b)
+    for b in wrap(get_backend) if wrap is not None else ():
+        if not isinstance(b, Backend):
+            raise TypeError(f"{mod.__name__}.wrap_backends returned {b!r}, not a fp4bench Backend")
+        get_backend(b.name)  # only a registered backend is replaced
+        _registry[b.name] = b
 
 
 def load_plugin(module_name: str) -> None:
@@ -66,6 +76,13 @@ def _load_builtins() -> None:
 def all_backends() -> list[Backend]:
     _load_builtins()
     return [_registry[k] for k in sorted(_registry)]
+
+
+def test_only(names: Iterable[str] | None = None) -> dict[str, str]:
+    """``{name: description}`` of the registered test-only backends (faults, slowdown wrappers)
+    among ``names`` (None: all): a run that measures any of them is a test of the gate."""
+    chosen = all_backends() if names is None else [get_backend(n) for n in names]
+    return {b.name: b.describe() for b in chosen if b.test_only}
 
 
 def get_backend(name: str) -> Backend:

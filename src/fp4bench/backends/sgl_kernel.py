@@ -29,9 +29,9 @@ import torch
 from fp4bench import formats
 from fp4bench.backends import _gating
 from fp4bench.backends._marshal import nvfp4_alpha, nvfp4_pair
+from fp4bench.backends.alignment import CUTLASS_FP4_SM100
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
 from fp4bench.operands import Operands
-from fp4bench.workloads import CUTLASS_FP4_SM100
 from fp4bench.problems import GemmProblem, GroupedProblem, Problem
 
 SUPPORTED_SMS = frozenset({100, 120})
@@ -41,7 +41,6 @@ DISTS = ("sgl-kernel", "sglang-kernel")
 #: torch release each sgl_kernel wheel was built for (its README; no Requires-Dist in the wheel).
 BUILT_FOR_TORCH = {"0.3.21": "2.9.1"}
 MAX_EXPERTS = 1024
-ALIGN = 32  # dense: "Expected k/n to be divisible by 32" (nvfp4_scaled_mm_kernels.cu)
 
 
 def dense_tile(m: int, sm: int) -> str:

@@ -15,7 +15,6 @@ class TorchBF16(Backend):
     act_format = "bf16"
     weight_format = "bf16"
     api = "torch.mm / torch._grouped_mm"
-    needs_cuda = False
 
     def availability(self, device: torch.device) -> Availability:
         if not hasattr(torch, "_grouped_mm"):

@@ -21,7 +21,6 @@ class TorchReference(Backend):
     act_format = "nvfp4"
     weight_format = "nvfp4"
     api = "fp4bench.reference (decode + fp32 matmul)"
-    needs_cuda = False
     # the E2M1 decode builds its lookup table from a host list and the grouped path reads the
     # expert offsets on the host: both are illegal inside a CUDA-graph capture
     no_graph_reason = "host-side decode table and offsets (not graph-capturable)"

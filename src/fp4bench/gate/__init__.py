@@ -1,20 +1,20 @@
-"""The regression gate: per-GPU baseline storage/selection and noise-aware verdicts.
+"""The regression gate: baseline files, where they live, and noise-aware verdicts.
 
-``baseline`` reads/writes pytest-benchmark JSON files carrying an ``"fp4bench"`` section;
-``verdict`` decides PASS / FAIL / AMBIGUOUS / NEW / MISSING / INVALID from raw samples.
+``baseline`` reads pytest-benchmark JSON files carrying an ``"fp4bench"`` section and slim
+baseline files, and writes the slim format; ``store`` keeps one approved baseline per GPU model
+and approves candidates; ``verdict`` decides PASS / FAIL / AMBIGUOUS / NEW / MISSING / INVALID
+from raw samples.
 """
 
 from fp4bench.gate.baseline import (
-    Approval,
     Baseline,
     BaselineError,
     BenchmarkRecord,
     IncompatibleBaseline,
-    approve,
     check_compatible,
     load_baseline,
-    select_baseline,
 )
+from fp4bench.gate.store import Approval, approve, select_baseline
 from fp4bench.gate.verdict import CompareResult, Policy, Status, Verdict, compare, judge
 
 __all__ = [

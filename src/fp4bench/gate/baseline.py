@@ -1,36 +1,37 @@
-"""Baseline files: reading, validating, per-GPU storage, selection and approval.
+"""Baseline files: the two formats the gate reads, their validation, and the slim writer.
 
-A baseline is a pytest-benchmark ``--benchmark-json`` file (raw samples in ``stats.data``) plus a
-top-level ``"fp4bench"`` section::
+A run's result is a pytest-benchmark ``--benchmark-json`` file (raw samples in ``stats.data``)
+plus a top-level ``"fp4bench"`` section::
 
     {"schema": 1, "fingerprint": {...}, "availability": {"<backend>|<problem>|<tactic>": "ok" |
      "unsupported: <reason>"}, "sweep": {...}, "clean": true, "verdicts": {"PASS": 40, ...}}
 
-Storage (pytest-benchmark keys its storage by OS/Python and compares against
-"the latest" file, so a regressed run silently becomes the next baseline — we do neither)::
+The approved baseline is kept in the *slim* format (``slim_text``): the same section as a header,
+then ``"availability"`` and ``"benchmarks"`` objects with one entry per line, sorted by name; each
+benchmark line holds its raw samples and only the ``extra_info`` keys the gate reads
+(``GATE_KEYS``) and ``fp4bench report`` draws from (``REPORT_KEYS``). The file is valid JSON and a
+change of one benchmark is a change of one line::
 
-    baselines/<gpu_slug>/approved.json                 THE baseline for that GPU model
-    baselines/<gpu_slug>/candidates/<UTC time>.json    runs waiting for review
-    baselines/<gpu_slug>/history/approved-<UTC>.json   earlier approved baselines
+    {"format": "fp4bench-baseline", "schema": 1,
+    "fingerprint": {...},
+    ...
+    "benchmarks": {
+    "bench/test_fp4_gemm.py::test_dense[...]": {"extra_info":{...},"samples":[...]},
+    ...
+    }}
 
-A candidate becomes the baseline only through ``approve`` (an explicit act), which refuses runs
-that were not clean (FAIL verdicts / failed tests / broken CUDA context), runs that drop benchmarks
-of the baseline they replace or were timed another way (L2 mode, timer) unless forced, and a run
-with an injected slowdown always. ``<gpu_slug>`` is derived from the GPU name and must be a plain
-``a-z0-9-`` name, so nothing is ever written outside the baselines root. Candidate names are
-reserved atomically (``O_EXCL``): two runs started in the same second get two files.
+``load_baseline`` reads both formats. Where files live and how a run becomes the approved
+baseline is ``gate.store``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,17 @@ from fp4bench.env import Fingerprint
 
 SCHEMA = 1
 SECTION = "fp4bench"
-APPROVED = "approved.json"
-CANDIDATES = "candidates"
-HISTORY = "history"
+#: the ``format`` value that marks a slim baseline file
+SLIM_FORMAT = "fp4bench-baseline"
 OK = "ok"
 UNSUPPORTED = "unsupported"
+#: ``extra_info`` keys ``gate.verdict`` reads (tests/test_slim_baseline.py checks the list against it)
+GATE_KEYS = ("backend", "problem", "tactic", "explicit_tactic", "tactic_config", "kernels", "sm_clock_mhz",
+             "throttle_reasons", "throttled", "clock_anomaly", "invalid", "noise_floor")
+#: ``extra_info`` keys ``fp4bench report`` reads besides those: what the case is (fixed for a case)
+#: and the power and clock it ran at
+REPORT_KEYS = ("kind", "model", "role", "batch", "m", "num_tokens", "act_format", "weight_format", "flops",
+               "bytes", "rel_ci95", "power_w", "power_max_w", "sm_clock_min_mhz", "sm_clock_max_mhz")
 
 _RESAVE = "re-save with --benchmark-json (raw samples are required for the statistical gate)"
 
@@ -65,8 +72,6 @@ class BenchmarkRecord:
     name: str
     samples: tuple[float, ...]
     extra_info: dict[str, Any] = field(default_factory=dict)
-    stats: dict[str, Any] = field(default_factory=dict)
-    params: dict[str, Any] | None = None
 
     @property
     def median(self) -> float:
@@ -84,22 +89,14 @@ class Baseline:
     clean: bool | None
     verdicts: dict[str, Any]
     source: str
-    raw: dict[str, Any]
+    #: how it became the approved baseline (``gate.store.approve``): from, at, forced; {} otherwise
+    approval: dict[str, Any] = field(default_factory=dict)
+    #: read from a slim file (pytest-benchmark's own tools cannot read it)
+    slim: bool = False
 
     def as_current(self) -> dict[str, tuple[tuple[float, ...], dict[str, Any]]]:
         """``{fullname: (samples, extra_info)}``: this file as the *new* side of a comparison."""
         return {k: (r.samples, r.extra_info) for k, r in self.benchmarks.items()}
-
-
-@dataclass(frozen=True)
-class Approval:
-    """Result of ``approve``: the new approved file, where the previous one was kept, and how
-    coverage changed against it (benchmark fullnames)."""
-
-    approved: Path
-    previous: Path | None
-    dropped: tuple[str, ...] = ()
-    added: tuple[str, ...] = ()
 
 
 # --- availability map -------------------------------------------------------------------------
@@ -146,26 +143,46 @@ def make_section(
 
 
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:
-    """Read and validate a baseline/candidate file; ``BaselineError`` says what is wrong."""
+    """Read and validate a baseline/candidate file in either format; ``BaselineError`` names the
+    file and says what is wrong."""
     p = Path(path)
     if not p.is_file():
         what = "is not a file" if p.exists() else "does not exist"
         raise BaselineError(f"baseline file {p} {what}")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(), object_pairs_hook=_unique_keys)
     except OSError as e:
         raise BaselineError(f"baseline file {p} cannot be read: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BaselineError(f"baseline file {p} is not valid JSON (corrupt?): {e}") from e
+    except _DuplicateKey as e:
+        raise BaselineError(f"baseline file {p}: {e}") from None
     except RecursionError:
         raise BaselineError(f"baseline file {p} nests JSON too deeply to be a baseline") from None
     return parse_baseline(data, source=str(p))
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: a benchmark line pasted twice (a merge) is an error,
+    not silently the last one."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(f"key {k!r} appears twice in one object")
+        out[k] = v
+    return out
+
+
 def parse_baseline(data: Any, source: str = "<memory>") -> Baseline:
-    """Validate an already-decoded baseline JSON object."""
+    """Validate an already-decoded baseline: a slim file or a pytest-benchmark JSON file."""
     if not isinstance(data, dict):
         raise BaselineError(f"{source}: top level must be a JSON object, got {type(data).__name__}")
+    if "format" in data:
+        return _parse_slim(data, source)
     benches = data.get("benchmarks")
     if not isinstance(benches, list) or not benches:
         raise BaselineError(
@@ -178,52 +195,68 @@ def parse_baseline(data: Any, source: str = "<memory>") -> Baseline:
         if rec.fullname in records:
             raise BaselineError(f"{source}: benchmark {rec.fullname!r} appears twice")
         records[rec.fullname] = rec
-
     sec = data.get(SECTION)
     if not isinstance(sec, dict):
         raise BaselineError(
             f"{source}: no '{SECTION}' section with a fingerprint; it was not written by an fp4bench "
             "run, so its GPU model cannot be checked"
         )
+    return _with_section(sec, records, source, f"{SECTION}.")
+
+
+def _parse_slim(data: dict[str, Any], source: str) -> Baseline:
+    if data.get("format") != SLIM_FORMAT:
+        raise BaselineError(f"{source}: 'format' is {_short(data.get('format'))}, not {SLIM_FORMAT!r}")
+    benches = data.get("benchmarks")
+    if not isinstance(benches, dict) or not benches:
+        raise BaselineError(f"{source}: no 'benchmarks' object (or it is empty): a slim baseline has one "
+                            "benchmark per line under 'benchmarks'")
+    records = {name: _parse_slim_benchmark(name, b, source) for name, b in benches.items()}
+    return dataclasses.replace(_with_section(data, records, source, ""), slim=True)
+
+
+def _with_section(sec: dict[str, Any], records: dict[str, BenchmarkRecord], source: str, where: str) -> Baseline:
+    """The fp4bench fields (``where`` prefixes their names in errors) around parsed benchmarks."""
     schema = sec.get("schema")
     if not isinstance(schema, int) or isinstance(schema, bool):
-        raise BaselineError(f"{source}: '{SECTION}.schema' must be an integer, got {schema!r}")
+        raise BaselineError(f"{source}: '{where}schema' must be an integer, got {schema!r}")
     if schema > SCHEMA:
         raise BaselineError(
-            f"{source}: '{SECTION}' schema {schema} is newer than this fp4bench supports "
+            f"{source}: '{where.rstrip('.') or 'baseline'}' schema {schema} is newer than this fp4bench supports "
             f"({SCHEMA}); upgrade fp4bench"
         )
     if "fingerprint" not in sec:
-        raise BaselineError(f"{source}: '{SECTION}' section has no fingerprint")
+        raise BaselineError(f"{source}: '{where.rstrip('.') or 'baseline'}' section has no fingerprint")
     try:
         fp = Fingerprint.from_dict(sec["fingerprint"])
     except (TypeError, ValueError) as e:
         raise BaselineError(f"{source}: bad fingerprint: {e}") from e
     avail = sec.get("availability") or {}
     if not isinstance(avail, dict):
-        raise BaselineError(f"{source}: '{SECTION}.availability' must be an object")
+        raise BaselineError(f"{source}: '{where}availability' must be an object")
     for k, v in avail.items():
         if not isinstance(v, str) or not (v == OK or v.startswith(UNSUPPORTED)):
             raise BaselineError(
                 f"{source}: availability[{k!r}] must be 'ok' or 'unsupported: <reason>', got {v!r}"
             )
-    sweep = _object(sec, "sweep", source)
+    sweep = _object(sec, "sweep", source, where)
     clean = sec.get("clean")
     if clean is not None and not isinstance(clean, bool):
-        raise BaselineError(f"{source}: '{SECTION}.clean' must be true/false, got {clean!r}")
-    verdicts = _object(sec, "verdicts", source)
+        raise BaselineError(f"{source}: '{where}clean' must be true/false, got {clean!r}")
+    verdicts = _object(sec, "verdicts", source, where)
     for k, v in verdicts.items():
         if not _is_number(v) or v < 0:
-            raise BaselineError(f"{source}: '{SECTION}.verdicts[{k!r}]' must be a count, got {v!r}")
-    return Baseline(fp, records, dict(avail), dict(sweep), clean, dict(verdicts), source, data)
+            raise BaselineError(f"{source}: '{where}verdicts[{k!r}]' must be a count, got {v!r}")
+    approval = _object(sec, "approval", source, where)
+    return Baseline(fp, records, dict(avail), dict(sweep), clean, dict(verdicts), source, dict(approval))
 
 
-def _object(sec: dict[str, Any], key: str, source: str) -> dict[str, Any]:
+def _object(sec: dict[str, Any], key: str, source: str, where: str) -> dict[str, Any]:
     value = sec.get(key)
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise BaselineError(f"{source}: '{SECTION}.{key}' must be an object, got {type(value).__name__} "
+        raise BaselineError(f"{source}: '{where}{key}' must be an object, got {type(value).__name__} "
                             f"{_short(value)}")
     return value
 
@@ -281,22 +314,32 @@ def _parse_benchmark(b: Any, i: int, source: str) -> BenchmarkRecord:
     data = stats.get("data") if isinstance(stats, dict) else None
     if not isinstance(data, list) or not data:
         raise BaselineError(f"{source}: benchmark {fullname!r} has no raw samples (stats.data); {_RESAVE}")
+    return _record(fullname, str(b.get("name") or fullname), data, b.get("extra_info") or {}, source)
+
+
+def _parse_slim_benchmark(fullname: str, b: Any, source: str) -> BenchmarkRecord:
+    if not fullname:
+        raise BaselineError(f"{source}: a benchmark with an empty name")
+    if not isinstance(b, dict):
+        raise BaselineError(f"{source}: benchmark {fullname!r} is not an object, got {_short(b)}")
+    unknown = sorted(set(b) - {"samples", "extra_info"})
+    if unknown:
+        raise BaselineError(f"{source}: benchmark {fullname!r} has unknown keys {unknown}; a slim benchmark "
+                            "holds 'samples' and 'extra_info'")
+    if not isinstance(b.get("samples"), list) or not b["samples"]:
+        raise BaselineError(f"{source}: benchmark {fullname!r} has no 'samples' list")
+    return _record(fullname, fullname.rsplit("::", 1)[-1], b["samples"], b.get("extra_info") or {}, source)
+
+
+def _record(fullname: str, name: str, data: list, extra: Any, source: str) -> BenchmarkRecord:
     try:
         samples = check_samples(data, f"{source}: benchmark {fullname!r}")
     except ValueError as e:
         raise BaselineError(str(e)) from None
-    extra = b.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise BaselineError(f"{source}: benchmark {fullname!r} extra_info is not an object")
     _check_extra(extra, fullname, source)
-    return BenchmarkRecord(
-        fullname=fullname,
-        name=str(b.get("name") or fullname),
-        samples=samples,
-        extra_info=extra,
-        stats={k: v for k, v in stats.items() if k != "data"},
-        params=b.get("params"),
-    )
+    return BenchmarkRecord(fullname=fullname, name=name, samples=samples, extra_info=extra)
 
 
 # --- compatibility ----------------------------------------------------------------------------
@@ -304,24 +347,31 @@ def _parse_benchmark(b: Any, i: int, source: str) -> BenchmarkRecord:
 #: ``sweep`` keys that say how the time was taken. Runs that differ in one measured different
 #: things (a hot-L2 time is not a slower or faster cold-L2 time), so they are never compared.
 MEASUREMENT_KEYS = ("l2", "timer")
-#: ``sweep`` key of the test-only slowdown injected into the timed calls (a fraction, 0 = none)
-INJECTED = "inject_slowdown"
+#: ``sweep`` key naming the test-only backends a run measured (``{name: description}``): faults
+#: or slowdown wrappers from ``fp4bench.testing``. Such a run tests the gate; it is never a baseline.
+TEST_ONLY = "test_only"
 
 
-def injected_slowdown(sweep: dict[str, Any]) -> float:
-    v = sweep.get(INJECTED) or 0.0
-    return float(v) if _is_number(v) else math.nan
+def test_only_backends(sweep: dict[str, Any]) -> dict[str, Any]:
+    """The run's test-only backends (``{}`` for a real run)."""
+    v = sweep.get(TEST_ONLY) or {}
+    return dict(v) if isinstance(v, dict) else {str(v): ""}
+
+
+def describe_test_only(found: dict[str, Any]) -> str:
+    """``name: description`` of each test-only backend, for messages."""
+    return ", ".join(f"{k}: {v}" if v else k for k, v in sorted(found.items()))
 
 
 def check_same_measurement(base_sweep: dict[str, Any], cur_sweep: dict[str, Any]) -> None:
     """Raise ``IncompatibleBaseline`` when the baseline was timed another way than this run, or
-    is itself a run with an injected slowdown (a test of the gate, never a reference).
+    is itself a run of test-only backends (a test of the gate, never a reference).
 
     A side that did not record a key (files written before it was recorded) is not checked."""
-    inj = injected_slowdown(base_sweep)
-    if inj != 0:
-        raise IncompatibleBaseline(f"the baseline was measured with a test-only injected slowdown "
-                                   f"({INJECTED}={base_sweep.get(INJECTED)!r}); it is not a reference")
+    found = test_only_backends(base_sweep)
+    if found:
+        raise IncompatibleBaseline(f"the baseline ran test-only backends ({describe_test_only(found)}); "
+                                   "it is not a reference")
     for key in MEASUREMENT_KEYS:
         old, new = base_sweep.get(key), cur_sweep.get(key)
         if old is not None and new is not None and old != new:
@@ -341,98 +391,7 @@ def check_compatible(baseline_fp: Fingerprint, current_fp: Fingerprint) -> list[
     return baseline_fp.differences(current_fp)
 
 
-# --- storage ----------------------------------------------------------------------------------
-
-
-_SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-
-
-def _utc_stamp(now: datetime | None = None) -> str:
-    return (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def _reserve(path: Path) -> bool:
-    """Create ``path`` empty if no file has that name; atomic, so two runs never get one name."""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
-
-
-def _unique(path: Path) -> Path:
-    """Reserve ``path`` or the first free ``<stem>-<i><suffix>`` next to it (created empty)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for i in range(10_000):
-            cand = path if i == 0 else path.with_name(f"{path.stem}-{i}{path.suffix}")
-            if _reserve(cand):
-                return cand
-    except OSError as e:
-        raise BaselineError(f"cannot create a file in {path.parent}: {e.strerror or e}") from None
-    raise BaselineError(f"cannot find a free file name next to {path}")
-
-
-def gpu_dir(root: str | os.PathLike[str], slug: str) -> Path:
-    """``<root>/<slug>``, refusing a slug that is not a plain ``a-z0-9-`` name or a folder that
-    resolves outside ``root`` (a symlink): baselines are only ever written under the root."""
-    if not isinstance(slug, str) or not _SLUG.fullmatch(slug):
-        raise BaselineError(f"GPU slug {slug!r} is not a plain name (a-z, 0-9, '-'); refusing to use it "
-                            "as a baseline folder")
-    d = Path(root) / slug
-    if d.resolve().parent != Path(root).resolve():
-        raise BaselineError(f"baseline folder {d} resolves to {d.resolve()}, outside the baseline root {root}")
-    return d
-
-
-def approved_path(root: str | os.PathLike[str], slug: str) -> Path:
-    return gpu_dir(root, slug) / APPROVED
-
-
-def candidate_path(root: str | os.PathLike[str], slug: str, now: datetime | None = None) -> Path:
-    """Reserve a fresh ``<root>/<slug>/candidates/<UTC time>[-i].json`` (created empty, so a
-    second run started in the same second gets ``-1``); never the approved file."""
-    return _unique(gpu_dir(root, slug) / CANDIDATES / f"{_utc_stamp(now)}.json")
-
-
-def reserve_path(path: str | os.PathLike[str]) -> Path:
-    """Reserve an explicitly named result file: it must end in ``.json``, must not exist (a run
-    never overwrites a file: not a source file, not an earlier run) and must not be named
-    ``approved.json`` (only ``approve`` writes that, keeping history)."""
-    p = Path(path)
-    if p.name == APPROVED:
-        raise BaselineError(f"{p}: a run is never saved as {APPROVED}; save a candidate and use "
-                            "'fp4bench baseline approve' (it keeps the previous one in history/)")
-    if p.suffix != ".json":
-        raise BaselineError(f"{p}: a result file name must end in .json")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fresh = _reserve(p)
-    except OSError as e:
-        raise BaselineError(f"{p}: cannot create it: {e.strerror or e}") from None
-    if not fresh:
-        raise BaselineError(f"{p} already exists; a run never overwrites a file, choose a new name")
-    return p
-
-
-def partial_path(path: Path) -> Path:
-    """Where a result is written before it is moved onto ``path`` in one ``os.replace``."""
-    return path.with_name(f".{path.name}.partial")
-
-
-def publish(path: Path) -> bool:
-    """Move the finished ``partial_path(path)`` onto ``path`` (atomic); when nothing was written
-    (no benchmark ran) remove the empty reservation. True when ``path`` now holds a result."""
-    part = partial_path(path)
-    if part.is_file():
-        os.replace(part, path)
-        return True
-    if path.is_file() and path.stat().st_size > 0:  # written directly (beside a user's --benchmark-json)
-        return True
-    if path.is_file():
-        path.unlink()
-    return False
+# --- writing ---------------------------------------------------------------------------------
 
 
 def write_baseline(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -459,108 +418,45 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def available_models(root: str | os.PathLike[str]) -> list[str]:
-    """GPU slugs that have an approved baseline under ``root``."""
-    r = Path(root)
-    if not r.is_dir():
-        return []
-    return sorted(d.name for d in r.iterdir() if (d / APPROVED).is_file())
+def slim_text(baseline: Baseline) -> str:
+    """``baseline`` in the slim format: header fields one per line, then one availability entry and
+    one benchmark per line, each sorted by name (a changed benchmark is a changed line)."""
+    head: dict[str, Any] = {"format": SLIM_FORMAT, "schema": SCHEMA, "fingerprint": baseline.fingerprint.to_dict(),
+                            "sweep": baseline.sweep, "clean": baseline.clean, "verdicts": baseline.verdicts}
+    if baseline.approval:
+        head["approval"] = baseline.approval
+    lines = [f"{json.dumps(k)}: {_compact(v)}," for k, v in head.items()]
+    lines[0] = "{" + lines[0]
+    lines.append('"availability": {')
+    lines.append(",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(baseline.availability.items())))
+    lines.append("},")
+    lines.append('"benchmarks": {')
+    lines.append(",\n".join(f"{json.dumps(name)}: {_compact(slim_record(rec))}"
+                            for name, rec in sorted(baseline.benchmarks.items())))
+    lines.append("}}")
+    return "\n".join(line for line in lines if line) + "\n"
 
 
-def _coverage_change(old: Baseline, new: Baseline) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(dropped, added) benchmark fullnames of ``new`` against ``old``."""
-    return (tuple(sorted(set(old.benchmarks) - set(new.benchmarks))),
-            tuple(sorted(set(new.benchmarks) - set(old.benchmarks))))
+def slim_record(rec: BenchmarkRecord) -> dict[str, Any]:
+    """One benchmark as the slim format keeps it: raw samples and the gate's and report's keys."""
+    keep = set(GATE_KEYS) | set(REPORT_KEYS)
+    return {"extra_info": {k: v for k, v in rec.extra_info.items() if k in keep}, "samples": list(rec.samples)}
 
 
-def _listing(names: tuple[str, ...], limit: int = 10) -> str:
-    shown = "\n  ".join(names[:limit])
-    more = f"\n  ... and {len(names) - limit} more" if len(names) > limit else ""
-    return f"\n  {shown}{more}"
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def select_baseline(root: str | os.PathLike[str], fingerprint: Fingerprint) -> Path:
-    """The approved baseline for this GPU model — never "the newest file"."""
-    p = approved_path(root, fingerprint.gpu_slug)
-    if p.is_file():
-        return p
-    have = available_models(root)
-    listing = ", ".join(have) if have else "none"
-    raise BaselineError(
-        f"no approved baseline for {fingerprint.model}: expected {p}. "
-        f"GPU models with an approved baseline under {root}: {listing}. "
-        "Run the benchmarks to write a candidate, review it, then approve it."
-    )
-
-
-def approve(
-    candidate: str | os.PathLike[str],
-    root: str | os.PathLike[str],
-    force: bool = False,
-    now: datetime | None = None,
-) -> Approval:
-    """Make ``candidate`` the approved baseline of its GPU model; keep the previous one in history/.
-
-    Refuses (``BaselineError``) a candidate whose run was not clean — FAIL verdicts, failed tests,
-    or no record of either — unless ``force``: a regressed run must never silently become the
-    reference it is judged against. Also unless ``force``: a candidate with fewer benchmarks than
-    the baseline it replaces (a ``-k`` subset would silently shrink what is gated; the error lists
-    them) or timed another way (L2 mode, timer). Never, even forced: a run with an injected
-    slowdown (a test of the gate). The GPU folder comes from the fingerprint's GPU name.
-    """
-    cand = load_baseline(candidate)
-    inj = injected_slowdown(cand.sweep)
-    if inj != 0:
-        raise BaselineError(f"{candidate}: measured with a test-only injected slowdown "
-                            f"({INJECTED}={cand.sweep.get(INJECTED)!r}); it can never be approved")
-    fails = cand.verdicts.get("FAIL", 0)
-    if not force:
-        if cand.clean is None:
-            raise BaselineError(
-                f"{candidate}: does not record whether its run was clean ('{SECTION}.clean'); "
-                "refusing to approve (use force to override)"
-            )
-        if cand.clean is False or fails:
-            raise BaselineError(
-                f"{candidate}: its run was not clean (verdicts {cand.verdicts or 'n/a'}, "
-                f"clean={cand.clean}); refusing to approve a regressed or failing run "
-                "(use force to override)"
-            )
-    dest = approved_path(root, cand.fingerprint.gpu_slug)
-    if dest.exists() and dest.resolve() == Path(candidate).resolve():
-        raise BaselineError(f"{candidate} is already the approved baseline")
-    dropped: tuple[str, ...] = ()
-    added: tuple[str, ...] = ()
-    if dest.exists():
-        try:
-            old = load_baseline(dest)
-        except BaselineError as e:
-            if not force:
-                raise BaselineError(f"the approved baseline it would replace is unusable ({e}); "
-                                    "use force to replace it") from None
-        else:
-            dropped, added = _coverage_change(old, cand)
-            if not force:
-                if dropped:
-                    raise BaselineError(
-                        f"{candidate}: has {len(cand.benchmarks)} benchmarks, {len(dropped)} of the "
-                        f"{len(old.benchmarks)} in {dest} are not in it; approving would stop gating "
-                        f"them (use force to shrink the baseline):{_listing(dropped)}")
-                try:
-                    check_same_measurement(old.sweep, cand.sweep)
-                except IncompatibleBaseline as e:
-                    raise BaselineError(f"{candidate}: replacing {dest}: {e} (use force)") from None
-    stamp = _utc_stamp(now)
-    previous = None
-    if dest.exists():
-        previous = _unique(dest.parent / HISTORY / f"approved-{stamp}.json")
-        try:
-            shutil.copy2(dest, previous)  # copy, not move: dest stays valid until replaced atomically
-        except OSError as e:
-            raise BaselineError(f"cannot keep the previous baseline in {previous}: {e.strerror or e}") from None
-    data = dict(cand.raw)
-    section = dict(data[SECTION])
-    section["approval"] = {"from": str(candidate), "at": stamp, "forced": bool(force)}
-    data[SECTION] = section
-    write_baseline(data, dest)
-    return Approval(dest, previous, dropped, added)
+def write_slim(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
+    """Write ``baseline`` to ``path`` in the slim format, atomically, after reading the text back
+    (what is written is a valid baseline with the same samples)."""
+    p = Path(path)
+    text = slim_text(baseline)
+    again = parse_baseline(json.loads(text, object_pairs_hook=_unique_keys), source=str(p))
+    if {k: r.samples for k, r in again.benchmarks.items()} != {k: r.samples for k, r in baseline.benchmarks.items()}:
+        raise BaselineError(f"{p}: the slim text does not read back to the same samples; nothing written")
+    try:
+        _atomic_write(p, text)
+    except OSError as e:
+        raise BaselineError(f"cannot write {p}: {e.strerror or e}") from None
+    return p

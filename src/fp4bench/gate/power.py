@@ -4,9 +4,9 @@ A and B are two runs of an unchanged stack (an A/A pair, measured on the GPU). E
 multiplied by ``1 + s`` for each slowdown ``s`` and B is gated against A with the policy given. The
 result is what the gate does with a true slowdown of exactly ``s`` *plus* the run-to-run shift an
 unchanged stack really shows on that machine: the FAIL rate at ``s = 0`` is the false-alarm rate,
-the rate at the floor is the chance a slowdown of that size is caught. The on-device hook
-(``--fp4-inject-slowdown``) cannot answer this exactly: the extra kernel it launches adds launch
-overhead of its own, so its realized slowdown is only known afterwards.
+the rate at the floor is the chance a slowdown of that size is caught. A slowdown run on the device
+(``fp4bench.testing.slowdown``) cannot answer this exactly: the spin kernel it adds brings a
+launch gap of its own, so its realized slowdown is only known afterwards.
 """
 
 from __future__ import annotations
@@ -73,15 +73,3 @@ def detection_power(a: Baseline, b: Baseline, slowdowns: Sequence[float], policy
                              passed=n[Status.PASS], other=len(timed) - sum(n.values()),
                              median_delta=float(np.median(deltas)) if deltas else float("nan")))
     return rows
-
-
-def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:
-    """The rows as a text table, with the policy that produced them."""
-    head = (f"gate: floor {policy.floor * 100:g}%, drift {policy.drift * 100:g}%, alpha {policy.alpha:g}, "
-            f"noise k {policy.noise_k:g}")
-    lines = [head, f"{'slowdown':>9} {'FAIL':>11} {'rate':>6} {'AMBIGUOUS':>9} {'PASS':>5} {'other':>5} "
-                   f"{'median Δ':>9}"]
-    for r in rows:
-        lines.append(f"{r.slowdown * 100:8.2f}% {r.fail:5d} / {r.timed:<3d} {r.fail_rate:6.0%} {r.ambiguous:9d} "
-                     f"{r.passed:5d} {r.other:5d} {r.median_delta * 100:+8.2f}%")
-    return "\n".join(lines)

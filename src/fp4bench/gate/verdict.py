@@ -176,50 +176,6 @@ class Verdict:
         """Change of the median in percent (+ = slower)."""
         return None if self.ratio is None else (self.ratio - 1.0) * 100.0
 
-    def message(self) -> str:
-        """One line that explains the verdict at a glance (pytest failure text, tables)."""
-        tag = self.status.value if self.kind == TIMING else f"{self.status.value} ({self.kind})"
-        head = f"{tag} {self.name}"
-        if self.kind in (LOST_TACTIC, NEW_TACTIC, KERNEL_CHANGE):
-            return f"{head}: {self.reason}"
-        if self.status is Status.MISSING:
-            return f"{head}: in the baseline ({format_seconds(self.base_median)}) but not measured now"
-        if self.status is Status.NEW:
-            return f"{head}: {format_seconds(self.new_median)} (not in the baseline)"
-        parts = [f"{self.pct:+.1f}%"] if self.pct is not None else []
-        if self.p_adjusted is not None:
-            parts.append(f"p={format_p(self.p_adjusted)}")
-        if self.floor is not None:
-            parts.append(f"floor {self.floor * 100:g}%")
-        if self.noise is not None:
-            parts.append(f"noise ±{self.noise * 100:.1f}%")
-        line = f"{head}: {format_seconds(self.base_median)} → {format_seconds(self.new_median)}"
-        if parts:
-            line += f" ({', '.join(parts)})"
-        line += f"; SM clock {self.base_clock or '?'}→{self.new_clock or '?'} MHz"
-        line += f", throttle: {self.base_throttle or '?'}→{self.new_throttle or '?'}"
-        if self.reason:
-            line += f" — {self.reason}"
-        return line
-
-
-# --- formatting helpers (shared with report.py) ------------------------------------------------
-
-
-def format_seconds(s: float | None) -> str:
-    if s is None or not math.isfinite(s):
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.4g} {unit}"
-    return f"{s / 1e-9:.4g} ns"
-
-
-def format_p(p: float | None) -> str:
-    if p is None or not math.isfinite(p):
-        return "-"
-    return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
-
 
 # --- statistics -------------------------------------------------------------------------------
 
@@ -479,13 +435,13 @@ def _timing_status(
         if not sig_slow:
             why = (
                 f"slower beyond the {floor_pct:g}% floor but not significant "
-                f"(p_adj {format_p(p_slow)} >= α {policy.alpha:g})"
+                f"(p_adj {p_slow:.2g} >= α {policy.alpha:g})"
             )
             p_min = min_attainable_p(a.n_new, a.n_base)
             if p_min * family >= policy.alpha:
                 why += (
-                    f"; with n={a.n_base}/{a.n_new} the smallest attainable p is {format_p(p_min)}"
-                    f" >= α/m = {format_p(policy.alpha / family)} (m={family}): take more samples"
+                    f"; with n={a.n_base}/{a.n_new} the smallest attainable p is {p_min:.2g}"
+                    f" >= α/m = {policy.alpha / family:.2g} (m={family}): take more samples"
                 )
             return Status.AMBIGUOUS, why, False
         return Status.AMBIGUOUS, f"slower beyond the floor but within the baseline's noise (±{noise_pct:.1f}%)", False
@@ -589,10 +545,6 @@ class CompareResult:
                 out.append(v.name)
         return out
 
-    def summary(self) -> dict[str, int]:
-        """Counts per status, for the ``verdicts`` field of a candidate's fp4bench section."""
-        return self.counts()
-
 
 def is_failure(v: Verdict, policy: Policy) -> bool:
     """Whether ``v`` fails the gate: FAIL; MISSING unless allowed; AMBIGUOUS with
@@ -605,10 +557,6 @@ def is_failure(v: Verdict, policy: Policy) -> bool:
     if v.undecided:
         return not policy.allow_ambiguous
     return v.status is Status.AMBIGUOUS and policy.fail_on_ambiguous
-
-
-#: shown in the report header when the gate cannot rely on being on the baseline's own GPU
-OTHER_UNIT = "baseline from another/unknown GPU unit: re-approve on this runner for full sensitivity"
 
 
 def other_unit(base: Fingerprint | None, current: Fingerprint | None) -> bool:

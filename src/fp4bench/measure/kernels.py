@@ -3,8 +3,8 @@
 Why: a timing change is only a kernel regression if the same kernels ran.
 cuBLASLt heuristics after a library upgrade, an autotuner's silent fallback, an M-threshold
 config switch or an extra per-call memset all change *which* kernels run; recording the set per
-benchmark lets the gate call that a dispatch change instead of a slowdown. Per-kernel device
-time from the profiler also cross-checks our own timer (``KernelTimes.per_call_s``).
+benchmark lets the gate call that a dispatch change instead of a slowdown. The device time of
+the profiled kernels, split per replay (``device_time_per_group``), is the timer's sample.
 
 Run these in separate, untimed passes: the profiler (CUPTI) adds overhead to every launch.
 Without CUDA everything here returns empty results with a ``reason``, never an error.
@@ -133,29 +133,6 @@ class KernelCapture:
         return sorted(out)
 
 
-@dataclass(frozen=True)
-class KernelTimes:
-    """Profiler device time per kernel name, summed over ``repeats`` calls."""
-
-    repeats: int
-    total_s: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    kinds: dict[str, str] = field(default_factory=dict)
-    reason: str | None = None
-
-    @property
-    def per_call_s(self) -> float | None:
-        """Sum of device-work durations per call (memsets/copies included: they are part of the
-        call the timer sees). Comparable with our GPU timer for serial work on one stream; it
-        excludes launch gaps and would double-count kernels that overlap on several streams."""
-        if not self.total_s:
-            return None
-        return sum(self.total_s.values()) / self.repeats
-
-    def per_call_by_kernel(self) -> dict[str, float]:
-        return {name: t / self.repeats for name, t in self.total_s.items()}
-
-
 def _check_repeats(repeats: int, warmup: int) -> None:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
@@ -222,12 +199,6 @@ def kernel_names(
     """
     cap = capture_kernels(fn, repeats=repeats, warmup=warmup)
     return cap.names(include_memset=include_memset, include_memcpy=include_memcpy)
-
-
-def kernel_times(fn: Callable[[], Any], repeats: int = 10, *, warmup: int = 1) -> KernelTimes:
-    """Per-kernel total device time of ``repeats`` calls, from the profiler (see ``per_call_s``)."""
-    cap = capture_kernels(fn, repeats=repeats, warmup=warmup)
-    return KernelTimes(repeats=repeats, total_s=cap.total_s, counts=cap.counts, kinds=cap.kinds, reason=cap.reason)
 
 
 def device_time_per_group(events: Iterable[Any], groups: int) -> list[float] | None:

@@ -44,9 +44,6 @@ class TimingConfig:
     max_samples: int = 300
     target_rel_ci: float | None = 0.005  # None: run to the budget / max_samples
     time_budget_s: float = 2.0
-    #: test-only fault injection: extra GPU busy time per call as a fraction of the call's time,
-    #: launched inside the timed region (``torch.cuda._sleep``). Documented in docs/measurement.md.
-    inject_slowdown: float = 0.0
     #: seconds of extra, untimed-for-latency replays inside an NVML sampler to get joules per
     #: call; NVML's energy counter ticks ~every 100 ms, so below ~1 s the number is not reported
     energy_window_s: float = 0.0
@@ -62,8 +59,6 @@ class TimingConfig:
             raise ValueError(f"need 3 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}")
         if self.calls_per_sample is not None and self.calls_per_sample < 1:
             raise ValueError(f"calls_per_sample must be >= 1, got {self.calls_per_sample}")
-        if self.inject_slowdown < 0:
-            raise ValueError(f"inject_slowdown must be >= 0, got {self.inject_slowdown}")
         if self.max_calls_per_sample < 1:
             raise ValueError(f"max_calls_per_sample must be >= 1, got {self.max_calls_per_sample}")
         if not self.target_sample_s > 0:
@@ -157,25 +152,7 @@ def _calls_for(est_s: float, cfg: TimingConfig, copies: int = 1) -> int:
     return int(max(copies, min(cfg.max_calls_per_sample, max(1, math.ceil(cfg.target_sample_s / est_s)))))
 
 
-_SLEEP_CYCLES_PER_S: dict[int, float] = {}
 MAX_PROFILED_CALLS = 20_000
-
-
-def _sleep_cycles(per_call_s: float, fraction: float, device: torch.device) -> int:
-    """Cycles for ``torch.cuda._sleep`` (a clock64 spin) worth ``fraction`` of one call,
-    calibrated once per device by timing a long spin (the SM clock moves with power)."""
-    if fraction <= 0:
-        return 0
-    idx = device.index or 0
-    if idx not in _SLEEP_CYCLES_PER_S:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # warm
-        start.record()
-        torch.cuda._sleep(20_000_000)
-        end.record()
-        end.synchronize()
-        _SLEEP_CYCLES_PER_S[idx] = 20_000_000 / (start.elapsed_time(end) / 1e3)
-    return max(1, int(per_call_s * fraction * _SLEEP_CYCLES_PER_S[idx]))
 
 
 def _estimate_gpu_call_s(fns: Sequence[Fn], stream: torch.cuda.Stream, reps: int = 20) -> float:
@@ -208,82 +185,120 @@ def time_cpu(fns: Sequence[Fn], cfg: TimingConfig) -> TimingResult:
                         note="CPU-only backend: wall clock, not GPU time", wall_s=time.perf_counter() - s.t0)
 
 
+def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_graph_reason: str | None = None,
+             primed: Primed | None = None) -> TimingResult:
+    """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events.
+
+    Three steps: ``capture`` the calls into one replayable unit (:func:`prime_gpu`), ``sample``
+    its replays until the stop rule fires, and (with ``cfg.energy_window_s``) ``energy`` per call
+    in a separate pass. ``no_graph_reason``: the callable is known not to be capturable; events
+    are used directly and the reason goes into the note. ``primed``: a :func:`prime_gpu` of
+    the same ``fns`` to sample again instead of capturing anew."""
+    if cfg.mode == "cpu":
+        return time_cpu(fns, cfg)
+    p = primed if primed is not None else prime_gpu(fns, cfg, device, no_graph_reason)
+    unit, stream = p.unit, p.stream
+    got = sample(unit, cfg, stream, device)
+    extra: dict[str, Any] = {"estimate_s": p.estimate_s, **got.extra}
+    if cfg.energy_window_s > 0:
+        with torch.cuda.stream(stream):
+            extra.update(energy(unit, cfg.energy_window_s, device))
+    notes = "; ".join(n for n in (unit.note, got.note) if n)
+    return TimingResult(got.per_call_s, got.method, unit.calls, len(fns), got.stopped_by,
+                        median_rel_ci(got.per_call_s), note=notes, wall_s=got.wall_s, extra=extra)
+
+
 @dataclass
-class Captured:
-    """A case made ready to sample: warmed up, sized (``calls`` per sample) and, in graph mode,
-    captured once. Reusing it across short timing rounds keeps warm-up, sizing and capture out of
-    every round (``fp4bench ab`` times one case in many alternating rounds)."""
+class Primed:
+    """A case ready to sample: warmed up, sized and captured once on its own stream. Sampling it
+    again keeps warm-up, sizing and capture out of every later measurement (``fp4bench ab``
+    times one case in many short alternating rounds)."""
 
-    replay: Callable[[], None]
+    unit: Replay
     stream: torch.cuda.Stream
-    calls: int
-    copies: int
-    method: str
-    note: str
     estimate_s: float
-    graph: Any = None  # keeps the captured graph alive as long as ``replay`` may be called
 
 
-def capture_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device,
-                no_graph_reason: str | None = None) -> Captured:
-    """Warm up ``fns``, estimate one call, size a sample and capture it as a CUDA graph (or, where
-    capture fails or the backend cannot be captured, a plain back-to-back body timed by events)."""
+def prime_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device,
+               no_graph_reason: str | None = None) -> Primed:
+    """Warm ``fns`` up off the default stream (JIT, autotune, allocator), estimate one call, size
+    a sample and capture it (graph mode) or line it up back to back (events mode)."""
     if not fns:
         raise ValueError("time_gpu needs at least one callable")
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):  # warm-up off the default stream: JIT, autotune, allocator
+    with torch.cuda.stream(stream):
         for i in range(max(cfg.warmup_calls, len(fns))):
             fns[i % len(fns)]()
     torch.cuda.synchronize(device)
     est = _estimate_gpu_call_s(fns, stream)
-    n = _calls_for(est, cfg, len(fns))
-    sleep = _sleep_cycles(est, cfg.inject_slowdown, device)
+    calls = _calls_for(est, cfg, len(fns))
+    unit = capture(fns, calls, stream, device, no_graph_reason) if cfg.mode == "graph" else back_to_back(fns, calls)
+    return Primed(unit, stream, est)
+
+
+@dataclass
+class Replay:
+    """``calls`` back-to-back calls as one launchable unit: a CUDA graph, or (when it cannot be
+    captured) the calls themselves launched eagerly; ``method`` and ``note`` say which and why."""
+
+    launch: Fn
+    calls: int
+    method: str
+    note: str = ""
+    graph: Any = None  # the captured graph, kept alive as long as ``launch`` replays it
+
+
+def back_to_back(fns: Sequence[Fn], calls: int, note: str = "") -> Replay:
+    """``calls`` calls of ``fns`` (rotated), launched eagerly one after the other."""
 
     def body() -> None:
-        for i in range(n):
+        for i in range(calls):
             fns[i % len(fns)]()
-            if sleep:
-                torch.cuda._sleep(sleep)
 
-    note = f"injected slowdown {cfg.inject_slowdown:.0%} (test-only hook)" if sleep else ""
-    graph = None
-    if cfg.mode == "graph" and no_graph_reason:
-        note = (note + "; " if note else "") + f"no CUDA graph: {no_graph_reason}"
-    elif cfg.mode == "graph":
-        try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                body()
-            method = f"cuda-graph x{n}"
-        except Exception as exc:  # capture is a property of the backend, not a failure of it
-            graph = None
-            torch.cuda.synchronize(device)
-            note = (note + "; " if note else "") + f"graph capture failed ({type(exc).__name__}: {exc}); fell back to events"
-    if graph is None:
-        method = f"cuda-events x{n} back-to-back"
-    replay = graph.replay if graph is not None else body
-    with torch.cuda.stream(stream):
-        replay()  # one untimed replay: first replay uploads the graph
-    torch.cuda.synchronize(device)
-    return Captured(replay, stream, n, len(fns), method, note, est, graph)
+    return Replay(body, calls, f"cuda-events x{calls} back-to-back", note)
 
 
-def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_graph_reason: str | None = None,
-             captured: Captured | None = None) -> TimingResult:
-    """GPU time per call of ``fns`` (rotated), by CUDA graph replay or, failing that, events.
+def capture(fns: Sequence[Fn], calls: int, stream: torch.cuda.Stream, device: torch.device,
+            no_graph_reason: str | None = None) -> Replay:
+    """``calls`` calls of ``fns`` (rotated) captured into one CUDA graph on ``stream``; eager
+    back-to-back launches when ``no_graph_reason`` is given or the capture fails."""
+    if no_graph_reason:
+        return back_to_back(fns, calls, f"no CUDA graph: {no_graph_reason}")
+    eager = back_to_back(fns, calls)
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            eager.launch()
+    except Exception as exc:  # capture is a property of the backend, not a failure of it
+        torch.cuda.synchronize(device)
+        eager.note = f"graph capture failed ({type(exc).__name__}: {exc}); fell back to events"
+        return eager
+    return Replay(graph.replay, calls, f"cuda-graph x{calls}", graph=graph)
 
-    ``no_graph_reason``: the callable is known not to be capturable; events are used directly
-    and the reason goes into the note. ``captured``: a :func:`capture_gpu` of the same ``fns``
-    and ``cfg`` to sample again instead of capturing anew."""
-    if cfg.mode == "cpu":
-        return time_cpu(fns, cfg)
-    cap = captured if captured is not None else capture_gpu(fns, cfg, device, no_graph_reason)
-    n, stream, replay, method, note = cap.calls, cap.stream, cap.replay, cap.method, cap.note
+
+@dataclass
+class Sampled:
+    """What ``sample`` measured: seconds per call (one entry per replay) and how."""
+
+    per_call_s: list[float]
+    stopped_by: str
+    wall_s: float
+    method: str
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sample(unit: Replay, cfg: TimingConfig, stream: torch.cuda.Stream, device: torch.device) -> Sampled:
+    """Replay ``unit`` between CUDA events until ``cfg``'s stop rule fires. With
+    ``cfg.kernel_time`` a sample is the GPU busy time of the replay's kernels from CUPTI (the event
+    span is kept as ``span_median_s``) and the executed kernel names are recorded."""
+    n = unit.calls
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s = _Sampler(cfg)
     prof = _profiler() if cfg.kernel_time else None
     with torch.cuda.stream(stream):
+        unit.launch()  # one untimed replay: the first replay uploads the graph
         torch.cuda.synchronize(device)
         if prof is not None:
             prof.start()
@@ -292,33 +307,28 @@ def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_grap
                 why = "profiled-call cap"  # keeps the profiler's event parsing to about a second
                 break
             start.record(stream)
-            replay()
+            unit.launch()
             end.record(stream)
             end.synchronize()
             s.samples.append(start.elapsed_time(end) / 1e3 / n)
-        wall = time.perf_counter() - s.t0
-        extra: dict[str, Any] = {"estimate_s": cap.estimate_s}
-        samples = s.samples
-        if prof is not None:
-            try:
-                prof.stop()
-                events = list(prof.events())
-            except Exception as exc:  # profiler trouble must not lose the measurement
-                events = []
-                note = (note + "; " if note else "") + f"profiler failed ({type(exc).__name__})"
-            busy = device_time_per_group(events, len(s.samples))
-            extra["kernels"] = sorted({normalize_kernel_name(e.name) for e in events
-                                       if device_event_kind(e) == KERNEL})
-            if busy is not None:
-                samples = [b / n for b in busy]
-                extra["span_median_s"] = float(np.median(s.samples))  # replay time incl. launch gaps
-                method = f"cupti kernel time, {method}"
-            else:
-                note = (note + "; " if note else "") + "profiler grouping failed; event span per call reported"
-        if cfg.energy_window_s > 0:
-            extra.update(_energy(replay, n, cfg.energy_window_s, device))
-    return TimingResult(samples, method, n, cap.copies, why, median_rel_ci(samples), note=note,
-                        wall_s=wall, extra=extra)
+    out = Sampled(s.samples, why, time.perf_counter() - s.t0, unit.method)
+    if prof is None:
+        return out
+    try:
+        prof.stop()
+        events = list(prof.events())
+    except Exception as exc:  # profiler trouble must not lose the measurement
+        events = []
+        out.note = f"profiler failed ({type(exc).__name__})"
+    busy = device_time_per_group(events, len(s.samples))
+    out.extra["kernels"] = sorted({normalize_kernel_name(e.name) for e in events if device_event_kind(e) == KERNEL})
+    if busy is None:
+        out.note = "; ".join(x for x in (out.note, "profiler grouping failed; event span per call reported") if x)
+        return out
+    out.extra["span_median_s"] = float(np.median(s.samples))  # replay time incl. launch gaps
+    out.per_call_s = [b / n for b in busy]
+    out.method = f"cupti kernel time, {unit.method}"
+    return out
 
 
 def _profiler():
@@ -333,11 +343,10 @@ def _profiler():
         return None
 
 
-def _energy(replay: Fn, calls_per_replay: int, window_s: float, device: torch.device) -> dict[str, Any]:
-    """Replay back-to-back for ``window_s`` under the NVML sampler: energy-counter delta / calls.
-
-    A separate pass, so that NVML reads never sit inside the timed samples.
-    """
+def energy(unit: Replay, window_s: float, device: torch.device) -> dict[str, Any]:
+    """Replay ``unit`` back-to-back for ``window_s`` under the NVML sampler: energy-counter delta
+    per call (``energy_*`` keys). A separate pass, so that NVML reads never sit inside the timed
+    samples."""
     from fp4bench.measure.telemetry import TelemetrySampler
 
     replays = 0
@@ -345,10 +354,10 @@ def _energy(replay: Fn, calls_per_replay: int, window_s: float, device: torch.de
         t_end = time.perf_counter() + window_s
         while time.perf_counter() < t_end:
             for _ in range(8):
-                replay()
+                unit.launch()
             replays += 8
             torch.cuda.synchronize(device)
-    info = tel.result.to_extra_info(replays * calls_per_replay) if tel.result is not None else {}
+    info = tel.result.to_extra_info(replays * unit.calls) if tel.result is not None else {}
     return {"energy_" + k if not k.startswith(("energy", "joules")) else k: v for k, v in info.items()}
 
 

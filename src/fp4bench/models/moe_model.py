@@ -106,10 +106,6 @@ class MoEModel:
         return "mxfp4" if self.native_format == "mxfp4" else "nvfp4"
 
     @property
-    def dense_layers(self) -> int:
-        return self.num_layers - self.moe_layers
-
-    @property
     def has_shared(self) -> bool:
         return self.shared_experts > 0
 

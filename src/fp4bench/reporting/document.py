@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Sequence
 
 from fp4bench.gate.baseline import Baseline
-from fp4bench.gate.verdict import CompareResult, format_seconds
+from fp4bench.gate.verdict import CompareResult
+from fp4bench.report import format_seconds
 from fp4bench.reporting import plots
 from fp4bench.reporting.data import RunData, best_per_problem, run_data, split_tactic
 from fp4bench.reporting.machine import verdict_markdown

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from fp4bench.gate.verdict import CompareResult, Status, Verdict, format_p, format_seconds
-from fp4bench.report import delta_spread, describe_changes
+from fp4bench.gate.verdict import CompareResult, Status, Verdict
+from fp4bench.report import delta_spread, describe_changes, format_p, format_seconds
 
 VERDICT_SCHEMA = 1
 

@@ -35,6 +35,7 @@ ZERO_BAND = (32, 1536)
 class _Fault(TorchReference):
     kinds = frozenset({"dense"})
     api = "test-only fault injection over fp4bench.reference"
+    test_only = True
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         super().run(prepared, tactic)

@@ -18,10 +18,6 @@ from typing import Any, TextIO
 from fp4bench.worker import protocol
 
 
-class _Poisoned(Exception):
-    """The CUDA context is unusable: answer, then exit."""
-
-
 class Child:
     def __init__(self, init: dict[str, Any]):
         import torch
@@ -96,7 +92,7 @@ class Child:
         every later round until ``drop``, so a round costs its samples, not a capture.
         ``kernel_time`` (default: the worker's timing config) picks CUPTI busy time or the event
         span of each replay."""
-        from fp4bench.measure.timing import capture_gpu, time_cpu, time_gpu
+        from fp4bench.measure.timing import prime_gpu, time_cpu, time_gpu
 
         key = json.dumps(req["case"], sort_keys=True)
         n = int(req.get("samples", 10))
@@ -110,11 +106,11 @@ class Child:
                 return protocol.encode_result(got)
             backend, problem, tactic = got
             fns = self.runner.timed_calls(backend, problem, tactic)
-            cap = capture_gpu(fns, cfg, self.device, backend.no_graph_reason) if self.device.type == "cuda" else None
+            cap = prime_gpu(fns, cfg, self.device, backend.no_graph_reason) if self.device.type == "cuda" else None
             self._calls = {key: (backend, fns, cap)}
         backend, fns, cap = self._calls[key]
         if self.device.type == "cuda":
-            t = time_gpu(fns, cfg, self.device, backend.no_graph_reason, captured=cap)
+            t = time_gpu(fns, cfg, self.device, backend.no_graph_reason, primed=cap)
         else:
             t = time_cpu(fns, dataclasses.replace(cfg, mode="cpu"))
         return {"status": "measured", "reason": "", "timing": protocol.finite(dataclasses.asdict(t))}
@@ -194,8 +190,10 @@ def serve(inp: TextIO, out: TextIO) -> int:
         return 0
     init = json.loads(first)
     child = Child(init)
+    from fp4bench.backends.registry import test_only
+
     out.write(protocol.dumps({"type": "ready", "pid": os.getpid(), "fingerprint": child.fingerprint.to_dict(),
-                              "python": sys.executable}))
+                              "python": sys.executable, "test_only": test_only()}))
     out.flush()
     for line in inp:
         if not line.strip():

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ class Worker:
         self.spec, self.label = spec, label
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] | None = None
-        self.starts = 0
+        self.starts = 0  # processes started: one more after each lost worker
         self._lines: queue.Queue = queue.Queue()
 
     def _reader(self, stream) -> None:
@@ -167,8 +167,3 @@ class IsolatedRunner:
 
     def close(self) -> None:
         self.worker.close()
-
-
-def timing_init(timing) -> dict[str, Any]:
-    """A ``TimingConfig`` as the init message carries it."""
-    return asdict(timing)

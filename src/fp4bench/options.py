@@ -1,0 +1,208 @@
+"""Options shared by the pytest plugin and the command line: one definition, two spellings.
+
+A setting both front ends take is defined once here (type, default, help) and added to pytest
+with the prefix ``fp4-`` and to a command's argparse parser without it: ``--fp4-floor`` and
+``fp4bench compare --floor`` are one option. The ``parse_*`` functions turn comma-separated text
+into values and raise ``ValueError`` that names the bad item; the argparse types (``percent``,
+``alpha``, ``positive_seconds``, ``int_list``) raise ``ArgumentTypeError`` for a one-line usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fp4bench.models import MoEModel, get_model, list_models
+from fp4bench.workloads import Routing, parse_routing
+
+KINDS = ("dense", "grouped", "moe")
+
+# --------------------------------------------------------------------------------------------
+# values
+
+
+def split_list(text: str, what: str) -> list[str]:
+    """``"a, b"`` -> ``["a", "b"]``; an empty list or an empty item is an error naming ``what``."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{what}: expected a comma-separated list, got {text!r}")
+    items = [t.strip() for t in text.split(",")]
+    if any(not t for t in items):
+        raise ValueError(f"{what}: empty item in {text!r}")
+    return items
+
+
+def parse_models(text: str, what: str = "models") -> tuple[MoEModel, ...]:
+    """"glm-5,deepseek-v3" -> models (aliases allowed, duplicates removed, "all" = every model)."""
+    items = split_list(text, what)
+    if items == ["all"]:
+        return tuple(get_model(n) for n in list_models())
+    out: list[MoEModel] = []
+    for item in items:
+        m = get_model(item)  # ValueError names the unknown model and the known ones
+        if m not in out:
+            out.append(m)
+    return tuple(out)
+
+
+def parse_ints(text: str, what: str = "batch") -> tuple[int, ...]:
+    """"1,16,512" -> (1, 16, 512); every value a positive integer (``what`` names it in errors)."""
+    out: list[int] = []
+    for item in split_list(text, what):
+        try:
+            v = int(item)
+        except ValueError:
+            raise ValueError(f"{what}: {item!r} in {text!r} is not an integer") from None
+        if v <= 0:
+            raise ValueError(f"{what}: values must be positive, got {v} in {text!r}")
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+def parse_tps(text: str, models: Iterable[MoEModel] = (), what: str = "tp") -> tuple[int, ...]:
+    """TP sizes, each checked to divide every given model's intermediate sizes."""
+    tps = parse_ints(text, what)
+    for m in models:
+        for tp in tps:
+            m.check_tp(tp)
+    return tps
+
+
+def parse_routings(text: str, what: str = "routing") -> tuple[Routing, ...]:
+    """"uniform,zipf:1.2" -> routings."""
+    out: list[Routing] = []
+    for item in split_list(text, what):
+        r = parse_routing(item)
+        if r not in out:
+            out.append(r)
+    return tuple(out)
+
+
+def parse_kinds(text: str, what: str = "kinds") -> tuple[str, ...]:
+    """"dense,moe" -> problem kinds, each one of ``KINDS``."""
+    kinds = tuple(split_list(text, what))
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise ValueError(f"{what}: unknown kind(s) {bad}; use {', '.join(KINDS)}")
+    return kinds
+
+
+# --------------------------------------------------------------------------------------------
+# argparse types
+
+
+def _number(text: str, example: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {example}, got {text!r}") from None
+
+
+def percent(text: str) -> float:
+    """A percentage in [0, 1000), e.g. ``5`` or ``2.5``."""
+    v = _number(text, "a percentage like 5 or 2.5")
+    if not (0 <= v < 1000):
+        raise argparse.ArgumentTypeError(f"percentage must be in [0, 1000), got {v:g}")
+    return v
+
+
+def alpha(text: str) -> float:
+    """A significance level in (0, 1)."""
+    v = _number(text, "a significance level like 0.05")
+    if not (0 < v < 1):
+        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1 (exclusive), got {v:g}")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    """A duration > 0 seconds."""
+    v = _number(text, "seconds like 0.5")
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {v:g}")
+    return v
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``parse_ints`` as an argparse type."""
+    try:
+        return parse_ints(text, "values")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# definitions
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option both front ends take: ``--fp4-<name>`` in pytest, ``--<name>`` on the command line."""
+
+    name: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    action: str | None = None
+    choices: tuple[str, ...] | None = None
+
+    def add(self, add_argument: Callable[..., Any], prefix: str = "") -> None:
+        """``add_argument`` is argparse's ``add_argument`` or a pytest option group's ``addoption``."""
+        kwargs = {k: v for k, v in (("type", self.type), ("action", self.action), ("choices", self.choices))
+                  if v is not None}
+        add_argument(f"--{prefix}{self.name}", default=self.default, help=self.help, **kwargs)
+
+
+def add_options(add_argument: Callable[..., Any], options: Iterable[Option], prefix: str = "") -> None:
+    for o in options:
+        o.add(add_argument, prefix)
+
+
+#: what to measure; ``None`` defaults mean "not given": a gated pytest run takes the baseline's
+#: value then (``sweep.sweep_options``), else the default named in the help
+SWEEP = (
+    Option("models", "comma-separated models, or all (default glm-5)"),
+    Option("batches", "decode batch sizes (default 1,64,512 on a GPU, 1,16 on a CPU)"),
+    Option("tp", "tensor-parallel sizes (default 1)"),
+    Option("routing", "routings: uniform, zipf:<s> (comma-separated; default uniform)"),
+    Option("kinds", "problem kinds to run (default dense,grouped,moe)"),
+    Option("backends", "comma-separated backend names (default: all)"),
+    Option("full", "every tactic and the dense M sweep 1..16384", action="store_true"),
+    Option("tactics", "default: one tactic per backend (quick); all: every tile config / tactic",
+           choices=("default", "all")),
+    Option("seed", "seed of the operands and the routing", type=int, default=0),
+    Option("device", "torch device (default cuda:0 if present, else cpu)"),
+    Option("plugin", "import a module defining BACKENDS (repeatable)", action="append", default=[]),
+    Option("l2", "L2 state while timing (default cold)", choices=("cold", "hot"), default="cold"),
+)
+
+#: how the gate decides; the defaults are ``gate.verdict.Policy``'s (tests/test_options.py checks)
+GATE = (
+    Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", type=percent, default=5.0),
+    Option("drift", "run-to-run shift of an unchanged stack, in %%: changes within it of the floor fail too "
+           "(guard band; default %(default)g)", type=percent, default=2.0),
+    Option("alpha", "family-wise significance level, Holm-corrected (default %(default)g)", type=alpha,
+           default=0.05),
+    Option("allow-missing", "benchmarks of the baseline that were not measured do not fail the gate",
+           action="store_true"),
+    Option("allow-ambiguous", "INVALID verdicts and too-few-samples benchmarks do not fail the gate "
+           "(they do by default)", action="store_true"),
+    Option("fail-on-ambiguous", "every AMBIGUOUS verdict fails the gate too", action="store_true"),
+)
+FLOOR_DRIFT_ALPHA = GATE[:3]
+
+BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
+
+
+def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
+    """``gate.verdict.Policy`` keyword arguments from the ``GATE`` options (percent -> fraction).
+    ``given(name)`` returns an option's value; options a front end does not take are left out."""
+    out: dict[str, Any] = {}
+    for o in GATE:
+        v = given(o.name)
+        if v is None:
+            continue
+        key = o.name.replace("-", "_")
+        out[key] = v / 100.0 if o.type is percent else v
+    return out

@@ -1,0 +1,354 @@
+"""One pytest run of fp4bench: its settings, the active baseline, and what each case does.
+
+The pytest plugin (``plugin.py``) only declares options and forwards hooks; this object holds
+what a run accumulates (measured samples, availability, table rows) and runs one case: measure
+it (``case.CaseRunner``), hand its samples to pytest-benchmark, and gate it against the
+baseline as it finishes. Set up lazily: a session that collects no fp4bench case never touches
+torch.cuda or a baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Fp4Session:
+    """Per-run state: device, runner, the active baseline and what was seen."""
+
+    config: pytest.Config
+    device: Any = None
+    runner: Any = None
+    baseline: Any = None
+    baseline_path: Path | None = None
+    fingerprint: Any = None
+    fingerprint_changes: list = field(default_factory=list)
+    policy: Any = None
+    sweep: Any = None
+    availability: dict[str, str] = field(default_factory=dict)
+    measured: dict[str, tuple[list[float], dict]] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+    deselected: set[str] = field(default_factory=set)
+    failed_tests: int = 0
+    usage_error: str | None = None  # a bad --fp4-* value found while parametrizing
+    health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
+    interrupted: bool = False  # a cut-short run is never a clean baseline candidate
+    ready: bool = False
+    #: --fp4-save-baseline: where the candidate ends up (None: not saved, or nothing measured)
+    json_path: Path | None = None
+    #: the candidate's path when the user's own --benchmark-json is kept and the candidate is a copy
+    copy_to: Path | None = None
+    _result: Any = None  # the end-of-run comparison, made once
+
+    def setup(self) -> None:
+        """Lazy: only a session that collects fp4 cases touches torch.cuda and the baseline."""
+        if self.ready:
+            return
+        self.ready = True
+        import torch
+
+        from fp4bench.backends import registry
+        from fp4bench.case import CaseRunner
+        from fp4bench.env import collect_fingerprint, parse_device
+        from fp4bench.gate.verdict import Policy
+        from fp4bench.measure import peaks
+        from fp4bench.measure.timing import TimingConfig
+        from fp4bench.options import policy_kwargs
+
+        opt = self.config.getoption
+        for mod in opt("fp4_plugin"):
+            registry.load_plugin(mod)
+        dev = opt("fp4_device") or ("cuda:0" if torch.cuda.is_available() else "cpu")
+        self.device = parse_device(dev, "--fp4-device")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.fingerprint = collect_fingerprint(self.device)
+        budget = opt("fp4_time_budget")
+        if budget is None:
+            budget = 1.0 if self.device.type == "cuda" else 0.3
+        timing = TimingConfig(mode="graph" if self.device.type == "cuda" else "cpu",
+                              time_budget_s=budget, target_rel_ci=opt("fp4_target_ci"),
+                              min_samples=opt("fp4_min_samples"), max_samples=max(300, opt("fp4_min_samples")),
+                              energy_window_s=opt("fp4_energy_window"))
+        gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
+        self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
+                                 peaks=gpu_peaks)
+        if opt("fp4_isolate"):
+            self.runner = _isolated_runner(self.config, self.runner, str(self.device))
+        self.policy = Policy(**policy_kwargs(lambda name: opt("fp4_" + name.replace("-", "_"))))
+
+    def measurement(self) -> dict[str, Any]:
+        """How this run takes its times, recorded in the saved ``sweep`` and checked against the
+        baseline's: effective L2 state (a CPU run is always cache-hot) and timer."""
+        cold = self.runner.cold_l2 and self.device.type == "cuda"
+        return {"l2": "cold" if cold else "hot", "timer": self.runner.timing.mode}
+
+    def test_only(self) -> dict[str, str]:
+        """The test-only backends this run's sweep selects (``{}`` for a real run)."""
+        from fp4bench.backends.registry import test_only
+
+        if self.sweep is None:
+            return {}
+        return test_only(self.sweep.backends)
+
+    def sweep_options(self):
+        """The sweep to run: options, else the active baseline's sweep, else the defaults."""
+        from fp4bench.backends.registry import get_backend
+        from fp4bench.sweep import sweep_options
+
+        base = dict(self.baseline.sweep) if self.baseline is not None and self.baseline.sweep else {}
+        opts = sweep_options(lambda name: self.config.getoption("fp4_" + name), base,
+                             on_gpu=self.device.type == "cuda", flag="--fp4-")
+        for b in opts.backends or ():
+            get_backend(b)  # raises ValueError naming the unknown backend
+        return opts
+
+    # -- before the run: baseline and candidate file ----------------------------------------
+    def activate_baseline(self, explicit: str | None) -> None:
+        """Resolve and validate the baseline before any test runs (wrong GPU = usage error)."""
+        from fp4bench.gate.baseline import BaselineError, check_compatible, check_same_measurement, load_baseline
+        from fp4bench.gate.store import select_baseline
+        from fp4bench.gate.verdict import for_changes
+
+        self.setup()
+        try:
+            path = Path(explicit) if explicit else select_baseline(self.config.getoption("fp4_baselines"),
+                                                                   self.fingerprint)
+            self.baseline = load_baseline(path)
+            self.fingerprint_changes = check_compatible(self.baseline.fingerprint, self.fingerprint)
+            check_same_measurement(self.baseline.sweep, self.measurement())
+            if self.config.getoption("fp4_same_unit"):
+                from fp4bench.gate.unit import require_same_unit
+
+                require_same_unit(self.baseline.fingerprint, self.fingerprint)
+            self.policy = for_changes(self.policy, self.fingerprint_changes, self.baseline.fingerprint,
+                                      self.fingerprint)
+        except BaselineError as exc:
+            raise pytest.UsageError(f"fp4bench baseline: {exc}") from None
+        self.baseline_path = path
+        compare = self.config.getoption("benchmark_compare", default=None)
+        if compare:
+            # pytest-benchmark's own compare (its table, --benchmark-compare-fail) reads the same
+            # baseline; it reads only its own format, so a slim file is handed over as such a file
+            if self.baseline.slim:
+                self.config.option.benchmark_compare = str(self._pytest_benchmark_copy())
+            elif compare is True:
+                self.config.option.benchmark_compare = str(path)
+
+    def _pytest_benchmark_copy(self) -> Path:
+        """The active baseline as a temporary pytest-benchmark JSON file (removed at exit)."""
+        import json
+        import tempfile
+
+        import pytest_benchmark
+        from pytest_benchmark.stats import Stats
+
+        benches = []
+        for name, rec in sorted(self.baseline.benchmarks.items()):
+            stats = Stats()
+            for x in rec.samples:
+                stats.update(x)
+            benches.append({"group": None, "name": rec.name, "fullname": name, "params": None, "param": None,
+                            "extra_info": rec.extra_info, "options": {},
+                            "stats": {**stats.as_dict(), "iterations": 1, "data": list(rec.samples)}})
+        fd, tmp = tempfile.mkstemp(prefix="fp4bench-baseline-", suffix=".json")
+        with open(fd, "w") as f:
+            json.dump({"machine_info": {}, "commit_info": {}, "benchmarks": benches, "datetime": "",
+                       "version": pytest_benchmark.__version__}, f)
+        self.config.add_cleanup(lambda: Path(tmp).unlink(missing_ok=True))
+        return Path(tmp)
+
+    def route_json(self, save: str) -> None:
+        """--fp4-save-baseline: pytest-benchmark writes its JSON (raw samples) where we say."""
+        from fp4bench.gate.store import candidate_path, partial_path, reserve_path
+
+        self.setup()
+        # the final name is reserved now (unique, never an existing file); pytest-benchmark writes
+        # beside it and publish() moves the finished file onto it in one os.replace
+        path = Path(candidate_path(self.config.getoption("fp4_baselines"), self.fingerprint.gpu_slug)) \
+            if save == "auto" else reserve_path(save)
+        import pytest_benchmark
+
+        part = partial_path(path)
+        major_minor = tuple(int(x) for x in pytest_benchmark.__version__.split(".")[:2])
+        if self.config.getoption("benchmark_json", default=None) is None:
+            self.config.option.benchmark_json = part if major_minor >= (5, 3) else open(part, "wb")
+        else:  # the user's --benchmark-json stays; the candidate is written beside it (json_section)
+            self.copy_to = path
+        self.json_path = path
+
+    # -- one case ---------------------------------------------------------------------------
+    def run_case(self, request: pytest.FixtureRequest, benchmark, spec) -> Any:
+        """Measure ``spec``; skip / fail it as pytest sees it; record and gate its samples."""
+        from fp4bench.backends.registry import get_backend
+        from fp4bench.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED
+        from fp4bench.gate.baseline import availability_key, availability_value, check_samples, is_ok
+        from fp4bench.measure.timing import record_in_benchmark
+        from fp4bench.report import result_row
+
+        fullname = benchmark.fullname if hasattr(benchmark, "fullname") else request.node.nodeid
+        # fp4bench owns this fixture whatever the outcome (skip, failed check, --benchmark-disable):
+        # without this pytest-benchmark warns "Benchmark fixture was not used at all" on those tests
+        benchmark._mode = "fp4bench"
+        base = self.baseline.benchmarks.get(fullname) if self.baseline is not None else None
+        backend = get_backend(spec.backend)
+        key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
+        jit = self._jit_reason(spec.backend)
+        if spec.skip_reason or jit:
+            res_status, reason = SKIPPED, spec.skip_reason or jit
+            res = None
+        else:
+            res = self.runner.run(backend, spec.problem, spec.tactic,
+                                  measure=not getattr(benchmark, "disabled", False))
+            res_status, reason = res.status, res.reason
+        if res_status == SKIPPED:
+            if base is not None:
+                pytest.fail(f"MISSING NOW: measured in the baseline ({self.baseline_path}), skipped now: {reason}",
+                            pytrace=False)
+            pytest.skip(reason)
+        if res_status == UNSUPPORTED:
+            self.availability[key] = availability_value(False, reason)
+            was = self.baseline.availability.get(key) if self.baseline is not None else None
+            if was is not None and is_ok(was):
+                pytest.fail(f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: {reason}",
+                            pytrace=False)
+            pytest.skip(f"unsupported: {reason}")
+        self.availability[key] = availability_value(True)
+        if spec.note:
+            res.extra_info["problem_note"] = spec.note
+        benchmark.extra_info.update(res.extra_info)
+        benchmark.group = f"{spec.problem.kind} {spec.problem.origin.model} {spec.problem.origin.role}"
+        if res_status == FAILED:
+            pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {reason}", pytrace=False)
+        assert res_status == MEASURED
+        if res.timing is None:  # --benchmark-disable: correctness only
+            return res
+        try:  # a zero / non-finite time is a broken timer, never a fast kernel
+            check_samples(list(res.timing.samples_s), "the timer")
+        except ValueError as exc:
+            pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {exc}", pytrace=False)
+        record_in_benchmark(benchmark, res.timing)
+        self.rows.append(result_row(spec, res))
+        self.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))
+        if self.baseline is not None:
+            self._gate(benchmark, spec, backend, base, fullname, res)
+        return res
+
+    def _jit_reason(self, backend: str) -> str:
+        """Skip (naming ``fp4bench prepare``) rather than JIT-compile FlashInfer for minutes in a test."""
+        if self.device is None or self.device.type != "cuda":
+            return ""
+        import torch
+
+        from fp4bench.jit_cache import unbuilt_reason
+
+        return unbuilt_reason(backend, tuple(torch.cuda.get_device_capability(self.device)))
+
+    def _gate(self, benchmark, spec, backend, base, fullname: str, res) -> None:
+        """Judge the case now (Bonferroni over the baseline's size); a FAIL is re-measured once."""
+        from fp4bench.gate.verdict import Status, is_failure, judge
+        from fp4bench.report import result_row, verdict_message
+
+        m = max(1, len(self.baseline.benchmarks))
+        v = judge(fullname, base, res.timing.samples_s, res.extra_info, self.policy, m)
+        if v.status is Status.FAIL and not self.config.getoption("fp4_no_confirm"):
+            # confirm a suspect with fresh samples before failing (re-run only the flagged
+            # benchmarks, as asv and Pinpoint do); fresh buffers too, so an unlucky allocation
+            # is not measured twice
+            self.runner.drop_prepared()
+            again = self.runner.run(backend, spec.problem, spec.tactic)
+            if again.timing is not None:
+                v2 = judge(fullname, base, again.timing.samples_s, again.extra_info, self.policy, m)
+                if v2.status is not Status.FAIL:
+                    v = v2
+                    self.measured[fullname] = (list(again.timing.samples_s), dict(again.extra_info))
+                    # the JSON (a candidate baseline) must hold the samples that were judged, not
+                    # the suspect first measurement
+                    from fp4bench.measure.timing import record_in_benchmark
+
+                    benchmark.extra_info.update(again.extra_info)
+                    record_in_benchmark(benchmark, again.timing)
+                    self.rows[-1] = result_row(spec, again)
+        benchmark.extra_info["verdict"] = str(v.status)
+        if is_failure(v, self.policy):
+            hint = " (--fp4-allow-ambiguous to accept)" if v.undecided else ""
+            pytest.fail(verdict_message(v) + hint, pytrace=False)
+
+    # -- after the run --------------------------------------------------------------------
+    def final_compare(self):
+        """The whole run against the baseline, Holm-corrected (made once; needs a baseline)."""
+        from fp4bench.gate.verdict import compare
+
+        if self._result is None:
+            base = self.baseline
+            # baseline entries deselected with -k/-m are not "missing"
+            if self.deselected:
+                import dataclasses
+
+                base = dataclasses.replace(base, benchmarks={k: v for k, v in base.benchmarks.items()
+                                                             if k not in self.deselected})
+            self._result = compare(base, dict(self.measured), self.availability, self.policy, self.fingerprint)
+        return self._result
+
+    def check_health(self) -> None:
+        """Once per session, on CUDA: ``health`` = '' (healthy) or what broke."""
+        if self.health is None and self.ready and self.device is not None and self.device.type == "cuda":
+            from fp4bench.measure.health import context_health
+
+            self.health = context_health(self.device)
+
+    def json_section(self) -> dict[str, Any]:
+        """The ``"fp4bench"`` section of the run's JSON: fingerprint, availability, sweep, and
+        whether the run is clean enough to become a baseline."""
+        from fp4bench.gate.baseline import make_section
+
+        verdicts = None
+        # pytest-benchmark writes its JSON before any plain pytest_sessionfinish runs: the context
+        # check must be done here, or a poisoned run would be saved clean
+        self.check_health()
+        test_only = self.test_only()
+        clean = self.failed_tests == 0 and not self.interrupted and not self.health and not test_only
+        if self.baseline is not None:
+            result = self.final_compare()
+            verdicts = result.counts()
+            clean = clean and result.exit_code == 0  # a run with MISSING or regressed entries is not clean
+        sweep = {**(self.sweep.to_dict() if self.sweep else {}), **self.measurement()}
+        if test_only:
+            sweep["test_only"] = test_only
+        section = make_section(self.fingerprint, self.availability, sweep, clean=clean, verdicts=verdicts)
+        if self.health:
+            section["context_health"] = self.health
+        return section
+
+
+def _isolated_runner(config: pytest.Config, runner: Any, device: str) -> Any:
+    """An ``IsolatedRunner`` that measures exactly as ``runner`` would, in a worker process."""
+    import sys
+    from dataclasses import asdict
+
+    from fp4bench.worker.pool import IsolatedRunner, WorkerSpec, interpreter
+
+    opt = config.getoption
+    try:
+        python = interpreter(opt("fp4_python") or sys.executable)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--fp4-python: {exc}") from None
+    init = {"device": device, "plugins": list(opt("fp4_plugin")), "timing": asdict(runner.timing),
+            "cold_l2": runner.cold_l2, "seed": runner.seed}
+    timeout = opt("fp4_case_timeout")
+    if not timeout > 0:
+        raise pytest.UsageError(f"--fp4-case-timeout must be > 0 seconds, got {timeout}")
+    return IsolatedRunner(WorkerSpec(python=python, init=init, timeout_s=timeout,
+                                     start_timeout_s=max(timeout, 300.0)))
+
+
+SESSION = pytest.StashKey[Fp4Session]()
+
+
+def session_of(config: pytest.Config) -> Fp4Session:
+    """The run's ``Fp4Session`` (made in ``pytest_configure``)."""
+    return config.stash[SESSION]
