@@ -53,11 +53,12 @@ def _perturbed(b, seed: int = 1) -> dict:
 def test_committed_baseline_is_slim_one_benchmark_per_line():
     text = APPROVED.read_text()
     b = load_baseline(APPROVED)
-    assert b.slim and len(b.benchmarks) == 418 and b.clean is True
+    n = len(b.benchmarks)
+    assert b.slim and n >= 400 and b.clean is True
     assert slim_text(b) == text  # canonical: re-writing it changes nothing
     lines = text.splitlines()
     bench_lines = [ln for ln in lines if ln.startswith('"bench/')]
-    assert len(bench_lines) == 418 and [json.loads("{" + ln.rstrip(",") + "}") for ln in bench_lines]
+    assert len(bench_lines) == n and [json.loads("{" + ln.rstrip(",") + "}") for ln in bench_lines]
     assert bench_lines == sorted(bench_lines)
     assert len(text) < 1_500_000 and len(lines) < 1000  # was 3.6 MB, 57k lines as pytest-benchmark JSON
 
