@@ -122,7 +122,8 @@ def test_sgl_kernel_import_failure_is_the_skip_reason(monkeypatch):
     monkeypatch.setattr(_gating, "probe_import", lambda name: _gating.ImportProbe(False, err))
     monkeypatch.setattr(sgl_kernel, "load_sgl_kernel", lambda: pytest.fail("imported in-process"))
     reason = SglKernelGroup().availability(CUDA).reason
-    assert reason == f"sgl_kernel 0.3.21 does not import under torch {torch.__version__}: {err} (built for torch 2.9.1: run the sgl rows in the sglang runner environment, docs/sglang-runner.md)"
+    assert reason == (f"sgl_kernel 0.3.21 does not import under torch {torch.__version__}: {err} (built for torch "
+                      "2.9.1: run the sgl rows in the sglang runner environment, docs/sglang-runner.md)")
     monkeypatch.setattr(_gating, "dist_version", lambda *names: None)
     monkeypatch.setattr(_gating, "module_installed", lambda name: False)
     assert SglKernelDense().availability(CUDA).reason == "sgl_kernel is not installed"

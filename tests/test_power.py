@@ -9,7 +9,6 @@ from _benchjson import B200, H200, bench_entry, bench_json, samples, write
 from fp4bench.cli_power import power_main
 from fp4bench.gate.baseline import load_baseline
 from fp4bench.gate.power import detection_power, scaled
-from fp4bench.gate.verdict import Policy
 
 NAMES = [f"bench/test_moe.py::test_grouped[glm-5-b{b}]" for b in (1, 4, 16, 64, 256, 512)]
 
