@@ -199,8 +199,10 @@ def test_unchanged_run_passes_the_gate(bench):
     assert _outcomes(res) == {"passed": 2}
     assert "fp4bench verdict vs base.json" in out
     assert "what changed: nothing (same software stack)" in out
+    assert "benchmark names below are in test_fp4_gemm.py::" in out  # the file every name shares, once
     for name in GATE_IDS:
-        row = next(ln for ln in out.splitlines() if name in ln and ln.split()[0] in ("PASS", "AMBIGUOUS", "FAIL"))
+        short = name.split("::")[1]
+        row = next(ln for ln in out.splitlines() if short in ln and ln.split()[0] in ("PASS", "AMBIGUOUS", "FAIL"))
         # AMBIGUOUS: a 1 ms busy-wait is so steady that a 0.5 % drift is "significant" (but under
         # the floor, so it is reported, not failed)
         assert row.split()[0] in ("PASS", "AMBIGUOUS"), row

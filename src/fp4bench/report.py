@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fp4bench.gate.verdict import OTHER_UNIT, CompareResult, Status, Verdict, format_p, format_seconds, other_unit
+from fp4bench.textfit import common_parts, common_prefix, fit_table, wrap_line
 
 
 def _render(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
@@ -88,13 +89,13 @@ def verdict_table(result: CompareResult) -> str:
     fp = result.baseline_fingerprint
     if fp is not None:
         lines.append(f"baseline GPU: {fp.model}")
-    lines.append(f"what changed: {describe_changes(result.changes)}")
+    lines += wrap_line(f"what changed: {describe_changes(result.changes)}")
     p = result.policy
-    lines.append(
+    lines += wrap_line(
         f"policy: floor {p.floor * 100:g}% (run-to-run allowance "
         f"{p.drift_note or format(p.drift * 100, 'g') + '%'}), α {p.alpha:g} (Holm), noise k {p.noise_k:g}, "
         f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
-        f"dispatch change {'fails' if p.dispatch == 'fail' else 'reported'}"
+        f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}"
     )
     if other_unit(result.baseline_fingerprint, result.current_fingerprint):
         lines.append(OTHER_UNIT)
@@ -102,28 +103,37 @@ def verdict_table(result: CompareResult) -> str:
     header = ["verdict", "benchmark", "base", "now", "Δ", "p_adj", "noise", "notes"]
     rows = []
     collapsed = sub_floor_ambiguous(result)
-    for v in result.sorted():
-        if v in collapsed:
-            continue
-        notes = v.reason
+    shown = [v for v in result.sorted() if v not in collapsed]
+    # what every row shares is said once above the table: the test file of the names, notes
+    prefix = common_prefix([v.name for v in shown])
+    notes = []
+    for v in shown:
+        note = v.reason
         if v.kind == "timing" and v.status is Status.INVALID and (v.base_throttle or v.new_throttle):
-            notes += f" [throttle {v.base_throttle or '?'}→{v.new_throttle or '?'}]"
+            note += f" [throttle {v.base_throttle or '?'}→{v.new_throttle or '?'}]"
+        notes.append(note)
+    common, notes = common_parts(notes)
+    if prefix:
+        lines.append(f"benchmark names below are in {prefix}")
+    if common:
+        lines += wrap_line(f"notes of every row: {'; '.join(common)}")
+    for v, note in zip(shown, notes):
         rows.append(
             [
                 _verdict_label(v),
-                v.name,
+                v.name[len(prefix):],
                 format_seconds(v.base_median),
                 format_seconds(v.new_median),
                 _pct(v),
                 format_p(v.p_adjusted),
                 "-" if v.noise is None else f"±{v.noise * 100:.1f}%",
-                notes,
+                note,
             ]
         )
-    lines += _render(header, rows, [False, False, True, True, True, True, True, False])
+    lines += fit_table(header, rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
 
     if collapsed:
-        lines += ["", _collapsed_note(collapsed, p.floor)]
+        lines += [""] + wrap_line(_collapsed_note(collapsed, p.floor))
     for status, what in ((Status.MISSING, "in the baseline, not measured now"), (Status.NEW, "new, no baseline")):
         items = result.by_status(status)
         if items:
@@ -133,7 +143,8 @@ def verdict_table(result: CompareResult) -> str:
     suspects = result.suspects()
     if suspects:
         lines.append("")
-        lines.append(f"suspects to re-measure ({len(suspects)}): " + ", ".join(suspects))
+        lines += wrap_line(f"suspects to re-measure ({len(suspects)}): "
+                           + ", ".join(n[len(prefix):] if n.startswith(prefix) else n for n in suspects))
     spread = delta_spread(result)
     if spread is not None:
         lines.append("")
