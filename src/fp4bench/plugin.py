@@ -68,6 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
     g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON")
     g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case")
+    from fp4bench import plugin_console
+
+    plugin_console.addoption(g)
 
 
 @dataclass
@@ -196,9 +199,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     config.stash[_KEY] = st = Fp4Session(config)
     _CONFIGS.append(config)
-    from fp4bench import plugin_runlog
+    from fp4bench import plugin_console, plugin_runlog
 
     config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
+    config.pluginmanager.register(plugin_console.ConsolePlugin(config), "fp4bench.plugin_console")
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
@@ -326,7 +330,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             specs = [c for c in cases_for(opts, all_backends(), st.device) if kind is None or c.problem.kind == kind]
         except ValueError as exc:
             st.usage_error = f"fp4bench: {exc}"
-            specs = []
+            metafunc.parametrize("fp4_case", [], ids=[])
+            return
+    if not specs:  # one skip that says why, instead of pytest's "got empty parameter set"
+        from fp4bench.plugin_console import empty_reason, parametrize_empty
+
+        return parametrize_empty(metafunc, empty_reason(kind, opts, all_backends()))
     metafunc.parametrize("fp4_case", specs, ids=[c.id for c in specs])
 
 
@@ -397,18 +406,20 @@ def _run_case(request: pytest.FixtureRequest, benchmark, st: Fp4Session, spec) -
     else:
         res = st.runner.run(backend, spec.problem, spec.tactic, measure=not getattr(benchmark, "disabled", False))
         res_status, reason = res.status, res.reason
+    from fp4bench.plugin_console import skip
+
     if res_status == SKIPPED:
         if base is not None:
             pytest.fail(f"MISSING NOW: measured in the baseline ({st.baseline_path}), skipped now: {reason}",
                         pytrace=False)
-        pytest.skip(reason)
+        skip(spec, reason)
     if res_status == UNSUPPORTED:
         st.availability[key] = availability_value(False, reason)
         was = st.baseline.availability.get(key) if st.baseline is not None else None
         if was is not None and is_ok(was):
             pytest.fail(f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: {reason}",
                         pytrace=False)
-        pytest.skip(f"unsupported: {reason}")
+        skip(spec, f"unsupported: {reason}")
     st.availability[key] = availability_value(True)
     if spec.note:
         res.extra_info["problem_note"] = spec.note
@@ -501,8 +512,10 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     # check must be done here, or a poisoned run would be saved clean
     _check_health(st)
     measurement = st.measurement()
+    from fp4bench.plugin_console import not_run
+
     clean = (st.failed_tests == 0 and not st.interrupted and not st.health
-             and not measurement["inject_slowdown"])
+             and not measurement["inject_slowdown"] and not not_run(config))
     if st.baseline is not None:
         result = _final_compare(st)
         verdicts = result.summary()
@@ -524,9 +537,13 @@ def _final_compare(st: Fp4Session):
     if getattr(st, "_result", None) is None:
         current = dict(st.measured)
         base = st.baseline
-        # baseline entries deselected with -k/-m are not "missing"
-        if st.deselected:
-            base = _without(base, st.deselected)
+        # baseline entries deselected with -k/-m are not "missing", nor are the cases a
+        # stopped run (-x, --maxfail, Ctrl-C) never reached: those are listed as not run
+        from fp4bench.plugin_console import not_run
+
+        skipped = st.deselected | set(not_run(st.config))
+        if skipped:
+            base = _without(base, skipped)
         st._result = compare(base, current, st.availability, st.policy, st.fingerprint)
     return st._result
 
@@ -560,7 +577,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if st.baseline is None or not st.ready:
         return
     result = _final_compare(st)
-    if result.exit_code != 0 and session.exitstatus == 0:
+    from fp4bench.plugin_console import not_run
+
+    incomplete = bool(not_run(session.config)) and not st.policy.allow_missing
+    if (result.exit_code != 0 or incomplete) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -568,7 +588,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     st = _state(config)
     if not st.ready or (not st.rows and st.baseline is None):
         return
-    from fp4bench.report import results_table, verdict_table
+    from fp4bench.plugin_console import results_lines, stopped_lines
+    from fp4bench.report import verdict_table
 
     tr = terminalreporter
     if st.health is not None:
@@ -576,10 +597,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       if not st.health else f"fp4bench: CUDA CONTEXT BROKEN after the run: {st.health}")
     if st.rows:
         tr.section("fp4bench results (GPU time per call)" if st.device.type == "cuda" else "fp4bench results (CPU)")
-        tr.write_line(results_table(st.rows))
+        tr.write_line("\n".join(results_lines(st.rows)))
     if st.baseline is not None:
         tr.section(f"fp4bench verdict vs {st.baseline_path}")
         tr.write_line(verdict_table(_final_compare(st)))
+    for line in stopped_lines(config, list(st.baseline.benchmarks) if st.baseline is not None else [],
+                              gating=st.baseline is not None):
+        tr.write_line(line)
     from fp4bench.plugin_outputs import write_outputs
 
     write_outputs(st, _final_compare(st) if st.baseline is not None else None, tr.write_line)
