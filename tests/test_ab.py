@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fp4bench.ab.judge import judge, to_json
@@ -89,5 +90,56 @@ def test_cli_ab_exit_codes_and_json(tmp_path, capsys, monkeypatch):
     text = capsys.readouterr().out
     assert "FAIL" in text and "ABBA" in out.read_text()
     assert json.loads(out.read_text())["counts"]["FAIL"] == 2
+    assert json.loads(out.read_text())["telemetry"] == {"A": None, "B": None}  # CPU: none, not zeros
+    assert "telemetry: none (NVML is read around GPU timing rounds only" in text
     assert ab_main(common + ["--rounds", "0"]) == 2
     assert "need --rounds >= 1" in capsys.readouterr().err
+
+
+# --- NVML telemetry per side and round ----------------------------------------------------------
+
+
+def test_worker_round_carries_nvml_telemetry_only_where_it_is_read():
+    from fp4bench.problems import GemmProblem
+    from fp4bench.worker import protocol
+    from fp4bench.worker.child import Child
+    from test_telemetry import FakeNVML
+
+    child = Child({"device": "cpu", "seed": 0})
+    req = {"case": protocol.encode_case("torch-bf16", GemmProblem(4, 64, 64), "default"), "samples": 3}
+    assert child.telemetry is False and "telemetry" not in child.time(req)  # CPU: no GPU state to read
+    child.telemetry, child.nvml = True, FakeNVML(sm=(1800,), power=(600_000,), reasons=(0x4,))
+    tel = child.time(req)["telemetry"]
+    assert tel["sm_clock_mhz"] == 1800 and tel["power_w"] == 600 and tel["throttled"] is True
+    assert tel["throttle_reasons"] == ["SwPowerCap"] and tel["samples"] >= 1
+
+
+def _round(sm: float, watts: float, temp: float, throttled: bool) -> dict:
+    return {"sm_clock_mhz": sm, "power_w": watts, "temp_c": temp, "throttled": throttled,
+            "throttle_reasons": ["SwPowerCap"] if throttled else [], "samples": 20, "error": None}
+
+
+def test_telemetry_is_summarized_per_side_in_the_report_and_json():
+    from _benchjson import H200
+    from fp4bench.ab.judge import report
+    from fp4bench.ab.run import AbRun, Paired, SideResult
+
+    rng = np.random.default_rng(0)
+
+    def side(factor: float, tel: dict) -> SideResult:
+        return SideResult("measured", samples=list(1e-5 * factor * np.exp(rng.normal(0, 0.01, 40))), digest="d",
+                          telemetry=[tel] * 8)
+
+    run = AbRun({"A": H200.to_dict(), "B": H200.to_dict()}, {"A": {}, "B": {}},
+                [Paired("b::t[0]", side(1.0, _round(1980, 650, 60, False)), side(1.0, _round(1800, 700, 71, True)),
+                        list("ABBAABBAABBAABBA"))], {"A": 1.0, "B": 1.0})
+    result = judge(run, Policy())
+    text = report(run, result)
+    assert ("telemetry, medians over timing rounds: A SM 1980 MHz, 650 W, max 60 °C, 0/8 rounds throttled; "
+            "B SM 1800 MHz, 700 W, max 71 °C, 8/8 rounds throttled") in text
+    (v,) = result.verdicts
+    assert (v.base_clock, v.new_clock, v.new_throttle) == ("1980", "1800", "SwPowerCap")  # the gate sees them
+    js = to_json(run, result)
+    assert js["telemetry"]["B"] == {"rounds": 8, "sm_clock_mhz_median": 1800, "power_w_median": 700,
+                                    "temp_c_max": 71, "throttled_rounds": 8, "errors": []}
+    assert js["benchmarks"][0]["a_telemetry"] == [_round(1980, 650, 60, False)] * 8
