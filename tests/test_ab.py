@@ -17,6 +17,8 @@ from fp4bench.cli_ab import ab_main
 from fp4bench.gate.verdict import Policy, Status
 from fp4bench.sweep import SweepOptions
 
+pytest_plugins = ["pytester"]
+
 FAKES = str(Path(__file__).parent / "fakes")
 SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
                      tactics="all")
@@ -143,3 +145,55 @@ def test_telemetry_is_summarized_per_side_in_the_report_and_json():
     assert js["telemetry"]["B"] == {"rounds": 8, "sm_clock_mhz_median": 1800, "power_w_median": 700,
                                     "temp_c_max": 71, "throttled_rounds": 8, "errors": []}
     assert js["benchmarks"][0]["a_telemetry"] == [_round(1980, 650, 60, False)] * 8
+
+
+# --- pytest bench --fp4-ab-against --------------------------------------------------------------
+
+
+AB_PYTEST = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:hypothesispytest",
+             "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-plugin", "ab_env",
+             # one token: pytest takes rootdir hints from path-like arguments, an option's value too
+             "--fp4-backends", "ab-spin", f"--fp4-ab-against={sys.executable}", "--fp4-ab-rounds", "4",
+             "--fp4-ab-round-samples", "5", "--fp4-floor", "20"]
+
+
+@pytest.fixture
+def ab_bench(pytester, monkeypatch):
+    from test_plugin import BENCH_FILE
+
+    from fp4bench.backends import registry
+
+    registry.all_backends()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    monkeypatch.syspath_prepend(FAKES)  # the in-process run lists the sweep with ab_env too
+    monkeypatch.setenv("PYTHONPATH", FAKES)  # both workers load it
+    monkeypatch.setenv("FAKE_SPIN_S", "0.01")
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    return pytester
+
+
+def test_pytest_ab_against_fails_like_a_test_with_the_ab_table(ab_bench, monkeypatch):
+    monkeypatch.setenv("FAKE_SLOWDOWN", "3")  # this environment (B) is 4x slower ...
+    res = ab_bench.runpytest(*AB_PYTEST, "--fp4-ab-env", "FAKE_SLOWDOWN=0", "-rf",  # ... than side A
+                             "--fp4-verdict-json", "ab.json")
+    out = res.stdout.str()
+    assert res.ret == 1, out
+    assert res.parseoutcomes()["failed"] == 1 and "passed" not in res.parseoutcomes()
+    assert f"fp4bench ab: the 2 selected cases run as one A/B comparison: A = {sys.executable}" in out
+    assert f"FAILED test_fp4_gemm.py::fp4bench-ab[{Path(sys.executable).name}]" in out
+    assert "telemetry: none (NVML is read around GPU timing rounds only; this run timed on CPU)" in out
+    assert out.count("summary: 2 FAIL → regression (exit 1)") == 1  # the table once: as the failure text
+    data = json.loads((ab_bench.path / "ab.json").read_text())
+    assert data["counts"]["FAIL"] == 2 and data["telemetry"] == {"A": None, "B": None}
+    assert {r["round_order"] for r in data["benchmarks"]} == {"ABBAABBA"}
+
+
+def test_pytest_ab_against_passes_on_the_same_stack_and_honours_k(ab_bench):
+    res = ab_bench.runpytest(*AB_PYTEST, "-k", "shared_down")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert "fp4bench ab: the 1 selected cases run as one A/B comparison" in out
+    assert "fp4bench ab: this environment (B) vs" in out  # a passing comparison: its table in the summary
+    assert "shared_down" in out and "shared_gate_up" not in out.split("fp4bench ab: this environment")[1]
+    res = ab_bench.runpytest(*AB_PYTEST, "--benchmark-compare")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "does not take a baseline" in res.stderr.str()

@@ -68,10 +68,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
     g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON")
     g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case")
-    from fp4bench import plugin_compat, plugin_console
+    from fp4bench import plugin_ab, plugin_compat, plugin_console
 
     plugin_console.addoption(g)
     plugin_compat.addoption(g)
+    plugin_ab.addoption(g)
 
 
 @dataclass
@@ -200,12 +201,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     config.stash[_KEY] = st = Fp4Session(config)
     _CONFIGS.append(config)
-    from fp4bench import plugin_compat, plugin_console, plugin_runlog
+    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog
 
     config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
     config.pluginmanager.register(plugin_console.ConsolePlugin(config), "fp4bench.plugin_console")
     config.pluginmanager.register(plugin_compat.CompatPlugin(config, getattr(config, "_parser", None)),
                                   "fp4bench.plugin_compat")
+    config.pluginmanager.register(plugin_ab.AbPlugin(config), "fp4bench.plugin_ab")
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
