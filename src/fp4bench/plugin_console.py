@@ -43,7 +43,7 @@ def duration(seconds: float) -> str:
 
 
 def progress_line(done: int, total: int, elapsed_s: float, failed: int = 0, skipped: int = 0) -> str:
-    """``fp4bench: 120/418 cases, 3m12s elapsed, ETA 7m40s``; the ETA assumes the cases left
+    """``fp4bench: 120/418 cases, 3m12s elapsed, ETA 7m57s``; the ETA assumes the cases left
     take as long on average as the ones done (skipped cases included, as they are in the
     remaining ones too)."""
     counts = ", ".join(f"{n} {what}" for n, what in ((failed, "failed"), (skipped, "skipped")) if n)

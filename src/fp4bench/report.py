@@ -72,10 +72,10 @@ def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
             and not result.is_failure(v)]
 
 
-def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5) -> str:
+def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5, prefix: str = "") -> str:
     pcts = sorted((v.pct or 0.0 for v in items))
     worst = sorted(items, key=lambda v: -(v.ratio or 0.0))[:shown]
-    names = ", ".join(f"{v.name} {_pct(v)}" for v in worst)
+    names = ", ".join(f"{v.name.removeprefix(prefix)} {_pct(v)}" for v in worst)
     more = f", ... {len(items) - shown} more" if len(items) > shown else ""
     return (f"AMBIGUOUS ({len(items)}, not listed above): significantly slower, by {pcts[0]:+.1f}% to "
             f"{pcts[-1]:+.1f}%, but under the {floor * 100:g}% floor less the run-to-run allowance. "
@@ -105,7 +105,8 @@ def verdict_table(result: CompareResult) -> str:
     collapsed = sub_floor_ambiguous(result)
     shown = [v for v in result.sorted() if v not in collapsed]
     # what every row shares is said once above the table: the test file of the names, notes
-    prefix = common_prefix([v.name for v in shown])
+    # over every verdict's name, so a table of one row (the rest collapsed) still uses it
+    prefix = common_prefix([v.name for v in result.verdicts])
     notes = []
     for v in shown:
         note = v.reason
@@ -114,14 +115,14 @@ def verdict_table(result: CompareResult) -> str:
         notes.append(note)
     common, notes = common_parts(notes)
     if prefix:
-        lines.append(f"benchmark names below are in {prefix}")
+        lines.append(f"benchmark names: {prefix}<name> (the prefix is left out below, except in MISSING / NEW lists)")
     if common:
         lines += wrap_line(f"notes of every row: {'; '.join(common)}")
     for v, note in zip(shown, notes):
         rows.append(
             [
                 _verdict_label(v),
-                v.name[len(prefix):],
+                v.name.removeprefix(prefix),
                 format_seconds(v.base_median),
                 format_seconds(v.new_median),
                 _pct(v),
@@ -133,7 +134,7 @@ def verdict_table(result: CompareResult) -> str:
     lines += fit_table(header, rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
 
     if collapsed:
-        lines += [""] + wrap_line(_collapsed_note(collapsed, p.floor))
+        lines += [""] + wrap_line(_collapsed_note(collapsed, p.floor, prefix=prefix))
     for status, what in ((Status.MISSING, "in the baseline, not measured now"), (Status.NEW, "new, no baseline")):
         items = result.by_status(status)
         if items:
@@ -144,7 +145,7 @@ def verdict_table(result: CompareResult) -> str:
     if suspects:
         lines.append("")
         lines += wrap_line(f"suspects to re-measure ({len(suspects)}): "
-                           + ", ".join(n[len(prefix):] if n.startswith(prefix) else n for n in suspects))
+                           + ", ".join(n.removeprefix(prefix) for n in suspects))
     spread = delta_spread(result)
     if spread is not None:
         lines.append("")
