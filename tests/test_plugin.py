@@ -214,7 +214,7 @@ def test_unchanged_run_passes_the_gate(bench):
     assert _outcomes(res) == {"passed": 2}
     assert "fp4bench verdict vs base.json" in out
     assert "what changed: nothing (same software stack)" in out
-    assert "benchmark names: test_fp4_gemm.py::<name> (the prefix is left out below" in out  # said once
+    assert "benchmark names: test_fp4_gemm.py::<name> (the table and the notes below" in out  # said once
     verdict = out.split("fp4bench verdict vs base.json")[1]
     for name in GATE_IDS:
         short = name.split("::")[1]

@@ -49,5 +49,5 @@ def test_verdict_table_of_long_names_fits_160():
     cur = {n: (samples(rng, 25e-6 * f, 0.01), {"kernels": ["k"]}) for n, f in zip(names, (1.3, 1.0))}
     text = verdict_table(compare(base, cur, {}, Policy(), current_fingerprint=replace(H200, driver="590.2")))
     assert _width(text) <= WIDTH
-    assert "benchmark names: bench/test_fp4_gemm.py::<name> (the prefix is left out below" in text
+    assert "benchmark names: bench/test_fp4_gemm.py::<name> (the table and the notes below it leave the prefix out)" in text
     assert text.count("bench/test_fp4_gemm.py::") == 1  # the prefix is said once, not per row

@@ -115,7 +115,7 @@ def verdict_table(result: CompareResult) -> str:
         notes.append(note)
     common, notes = common_parts(notes)
     if prefix:
-        lines.append(f"benchmark names: {prefix}<name> (the prefix is left out below, except in MISSING / NEW lists)")
+        lines.append(f"benchmark names: {prefix}<name> (the table and the notes below it leave the prefix out)")
     if common:
         lines += wrap_line(f"notes of every row: {'; '.join(common)}")
     for v, note in zip(shown, notes):
