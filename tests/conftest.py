@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import _pytest.pytester
+import pytest
 
 _Snapshot = _pytest.pytester.SysModulesSnapshot
 
@@ -23,3 +26,14 @@ class _KeepTorchModules(_Snapshot):
 
 # Installed at import so both of pytester's snapshots (fixture setup and each in-process run) use it.
 _pytest.pytester.SysModulesSnapshot = _KeepTorchModules
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``pytest tests -n N`` this process is an xdist worker and has PYTEST_XDIST_WORKER
+    set. The sessions the tests start (pytester in-process runs, subprocess pytest runs) are
+    fresh single-process sessions, but pytest-benchmark reads that variable and, believing it
+    is an xdist worker, disables benchmarking: no samples, no JSON. The variables are hidden for
+    the duration of each test (the worker itself read them long before)."""
+    for var in [v for v in os.environ if v.startswith("PYTEST_XDIST_")]:
+        monkeypatch.delenv(var)

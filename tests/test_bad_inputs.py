@@ -454,7 +454,8 @@ def test_plugin_whose_availability_raises_costs_only_that_backend(bench):
     _no_traceback(res)
     assert res.ret == 0
     assert res.parseoutcomes()["passed"] == 2
-    assert "broken-availability: availability() raised RuntimeError: driver exploded" in res.stdout.str()
+    assert ("broken-availability on glm-5 b1 tp8 shared_gate_up M=1 N=512 K=6144: availability() raised "
+            "RuntimeError: driver exploded") in res.stdout.str()
 
 
 @pytest.mark.parametrize(("backend", "what"), [

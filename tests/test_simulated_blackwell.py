@@ -28,7 +28,10 @@ QUICK = ["--fp4-models", "sim-tiny", "--fp4-time-budget", "0.02", "--fp4-min-sam
 
 def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", library: str = "",
           torch_seen: str = "2.9.1") -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(SIM)]),
+    # without the xdist worker's variables (module-scoped fixtures run this before the autouse
+    # fixture of conftest.py hides them): the child's pytest-benchmark would disable itself
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(SIM)]),
                FP4SIM_GPU=gpu, FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen)
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
            "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]

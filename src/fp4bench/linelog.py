@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import Baseline, BaselineError, make_section, parse_baseline
@@ -145,13 +145,22 @@ def without_unreached(baseline: Baseline, logged: LoggedRun) -> Baseline:
 
 def unreached_report(logged: LoggedRun, baseline: Baseline) -> str:
     """The lines a partial run adds under the verdict table."""
-    gone = logged.not_reached
     if not logged.partial:
         return ""
-    lines = ["", logged.describe()]
-    if gone:
-        in_base = [n for n in gone if n in baseline.benchmarks]
-        lines.append(f"NOT REACHED ({len(gone)}, {len(in_base)} of them in the baseline) — the run stopped "
-                     "before them; not judged:")
-        lines += [f"  {n}" for n in gone]
-    return "\n".join(lines)
+    return "\n".join(["", logged.describe()] + not_reached_lines(logged.not_reached, baseline.benchmarks))
+
+
+def not_reached_lines(gone: list[str], baseline_names: Collection[str] = (), limit: int | None = None,
+                      why: str = "the run stopped before them") -> list[str]:
+    """The NOT REACHED list (shared by ``fp4bench compare`` on a line log and the pytest run
+    stopped by -x / --maxfail / Ctrl-C): cases planned but never run are not judged, and are
+    not MISSING (which would read as renamed or removed). ``limit``: names listed at most."""
+    if not gone:
+        return []
+    in_base = [n for n in gone if n in baseline_names]
+    lines = [f"NOT REACHED ({len(gone)}, {len(in_base)} of them in the baseline) — {why}; not judged:"]
+    shown = gone if limit is None else gone[:limit]
+    lines += [f"  {n}" for n in shown]
+    if len(gone) > len(shown):
+        lines.append(f"  ... {len(gone) - len(shown)} more")
+    return lines

@@ -48,6 +48,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
     g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON")
     g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case")
+    from fp4bench import plugin_ab, plugin_compat, plugin_console
+
+    plugin_console.addoption(g)
+    plugin_compat.addoption(g)
+    plugin_ab.addoption(g)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -57,9 +62,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     config.stash[SESSION] = st = Fp4Session(config)
     _CONFIGS.append(config)
-    from fp4bench import plugin_runlog
+    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog
 
     config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
+    config.pluginmanager.register(plugin_console.ConsolePlugin(config), "fp4bench.plugin_console")
+    config.pluginmanager.register(plugin_compat.CompatPlugin(config, getattr(config, "_parser", None)),
+                                  "fp4bench.plugin_compat")
+    config.pluginmanager.register(plugin_ab.AbPlugin(config), "fp4bench.plugin_ab")
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
@@ -136,7 +145,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             specs = [c for c in cases_for(opts, all_backends(), st.device) if kind is None or c.problem.kind == kind]
         except ValueError as exc:
             st.usage_error = f"fp4bench: {exc}"
-            specs = []
+            metafunc.parametrize("fp4_case", [], ids=[])
+            return
+    if not specs:  # one skip that says why, instead of pytest's "got empty parameter set"
+        from fp4bench.plugin_console import empty_reason, parametrize_empty
+
+        return parametrize_empty(metafunc, empty_reason(kind, opts, all_backends()))
     metafunc.parametrize("fp4_case", specs, ids=[c.id for c in specs])
 
 
@@ -207,7 +221,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if st.baseline is None or not st.ready:
         return
     result = st.final_compare()
-    if result.exit_code != 0 and session.exitstatus == 0:
+    from fp4bench.plugin_console import not_run
+
+    incomplete = bool(not_run(session.config)) and not st.policy.allow_missing
+    if (result.exit_code != 0 or incomplete) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -215,7 +232,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     st = _state(config)
     if not st.ready or (not st.rows and st.baseline is None):
         return
-    from fp4bench.report import results_table, verdict_table
+    from fp4bench.plugin_console import results_lines, stopped_lines
+    from fp4bench.report import verdict_table
 
     tr = terminalreporter
     if st.health is not None:
@@ -223,10 +241,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       if not st.health else f"fp4bench: CUDA CONTEXT BROKEN after the run: {st.health}")
     if st.rows:
         tr.section("fp4bench results (GPU time per call)" if st.device.type == "cuda" else "fp4bench results (CPU)")
-        tr.write_line(results_table(st.rows))
+        tr.write_line("\n".join(results_lines(st.rows)))
     if st.baseline is not None:
         tr.section(f"fp4bench verdict vs {st.baseline_path}")
         tr.write_line(verdict_table(st.final_compare()))
+    for line in stopped_lines(config, list(st.baseline.benchmarks) if st.baseline is not None else [],
+                              gating=st.baseline is not None):
+        tr.write_line(line)
     from fp4bench.plugin_outputs import write_outputs
 
     write_outputs(st, st.final_compare() if st.baseline is not None else None, tr.write_line)

@@ -12,20 +12,33 @@ def write_outputs(st: Any, result: Any, echo: Callable[[str], None]) -> None:
     """``st``: the plugin's session state; ``result``: its CompareResult or None (no baseline)."""
     from fp4bench.reporting.machine import results_csv, verdict_json, verdict_markdown, write_step_summary
 
+    from fp4bench.plugin_console import not_run
+
     opt = st.config.getoption
     base = str(st.baseline_path) if st.baseline_path is not None else None
+    gone = not_run(st.config)  # a run stopped early (-x, --maxfail, Ctrl-C): not a complete verdict
     if opt("fp4_verdict_json"):
         if result is None:
             echo("fp4bench: --fp4-verdict-json: no baseline active (use --benchmark-compare), nothing written")
         else:
-            Path(opt("fp4_verdict_json")).write_text(json.dumps(verdict_json(result, base), indent=1) + "\n")
+            data = verdict_json(result, base)
+            if gone:
+                data["incomplete"] = {"not_run": gone, "allowed": bool(opt("fp4_allow_missing"))}
+                if not opt("fp4_allow_missing"):
+                    data["exit_code"] = max(1, data["exit_code"])
+                    data["outcome"] = "incomplete run" if data["outcome"] == "no regression" else data["outcome"]
+            Path(opt("fp4_verdict_json")).write_text(json.dumps(data, indent=1) + "\n")
             echo(f"fp4bench: verdict JSON written to {opt('fp4_verdict_json')}")
     if opt("fp4_csv"):
         Path(opt("fp4_csv")).write_text(results_csv(_csv_rows(st), {v.name: v for v in result.verdicts}
                                                     if result is not None else None))
         echo(f"fp4bench: results CSV written to {opt('fp4_csv')}")
     if result is not None:
-        target = write_step_summary(verdict_markdown(result, base))
+        md = verdict_markdown(result, base)
+        if gone:
+            md = (f"> **run incomplete: {len(gone)} cases not run** (stopped early: -x, --maxfail, Ctrl-C or an "
+                  f"error){'' if opt('fp4_allow_missing') else ' — the gate cannot pass'}\n\n") + md
+        target = write_step_summary(md)
         if target is not None:
             echo(f"fp4bench: verdict added to the job summary ({target})")
 

@@ -16,6 +16,7 @@ import numpy as np
 from fp4bench.gate.power import PowerRow
 from fp4bench.gate.verdict import (KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, CompareResult, Policy, Status,
                                    Verdict, other_unit)
+from fp4bench.textfit import common_parts, common_prefix, fit_table, wrap_line
 
 
 #: shown in the report header when the gate cannot rely on being on the baseline's own GPU
@@ -122,10 +123,10 @@ def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
             and not result.is_failure(v)]
 
 
-def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5) -> str:
+def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5, prefix: str = "") -> str:
     pcts = sorted((v.pct or 0.0 for v in items))
     worst = sorted(items, key=lambda v: -(v.ratio or 0.0))[:shown]
-    names = ", ".join(f"{v.name} {_pct(v)}" for v in worst)
+    names = ", ".join(f"{v.name.removeprefix(prefix)} {_pct(v)}" for v in worst)
     more = f", ... {len(items) - shown} more" if len(items) > shown else ""
     return (f"AMBIGUOUS ({len(items)}, not listed above): significantly slower, by {pcts[0]:+.1f}% to "
             f"{pcts[-1]:+.1f}%, but under the {floor * 100:g}% floor less the run-to-run allowance. "
@@ -139,13 +140,13 @@ def verdict_table(result: CompareResult) -> str:
     fp = result.baseline_fingerprint
     if fp is not None:
         lines.append(f"baseline GPU: {fp.model}")
-    lines.append(f"what changed: {describe_changes(result.changes)}")
+    lines += wrap_line(f"what changed: {describe_changes(result.changes)}")
     p = result.policy
-    lines.append(
+    lines += wrap_line(
         f"policy: floor {p.floor * 100:g}% (run-to-run allowance "
         f"{p.drift_note or format(p.drift * 100, 'g') + '%'}), α {p.alpha:g} (Holm), noise k {p.noise_k:g}, "
         f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
-        f"dispatch change {'fails' if p.dispatch == 'fail' else 'reported'}"
+        f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}"
     )
     if other_unit(result.baseline_fingerprint, result.current_fingerprint):
         lines.append(OTHER_UNIT)
@@ -153,28 +154,38 @@ def verdict_table(result: CompareResult) -> str:
     header = ["verdict", "benchmark", "base", "now", "Δ", "p_adj", "noise", "notes"]
     rows = []
     collapsed = sub_floor_ambiguous(result)
-    for v in result.sorted():
-        if v in collapsed:
-            continue
-        notes = v.reason
+    shown = [v for v in result.sorted() if v not in collapsed]
+    # what every row shares is said once above the table: the test file of the names, notes
+    # over every verdict's name, so a table of one row (the rest collapsed) still uses it
+    prefix = common_prefix([v.name for v in result.verdicts])
+    notes = []
+    for v in shown:
+        note = v.reason
         if v.kind == "timing" and v.status is Status.INVALID and (v.base_throttle or v.new_throttle):
-            notes += f" [throttle {v.base_throttle or '?'}→{v.new_throttle or '?'}]"
+            note += f" [throttle {v.base_throttle or '?'}→{v.new_throttle or '?'}]"
+        notes.append(note)
+    common, notes = common_parts(notes)
+    if prefix:
+        lines.append(f"benchmark names: {prefix}<name> (the table and the notes below it leave the prefix out)")
+    if common:
+        lines += wrap_line(f"notes of every row: {'; '.join(common)}")
+    for v, note in zip(shown, notes):
         rows.append(
             [
                 _verdict_label(v),
-                v.name,
+                v.name.removeprefix(prefix),
                 format_seconds(v.base_median),
                 format_seconds(v.new_median),
                 _pct(v),
                 format_p(v.p_adjusted),
                 "-" if v.noise is None else f"±{v.noise * 100:.1f}%",
-                notes,
+                note,
             ]
         )
-    lines += _render(header, rows, [False, False, True, True, True, True, True, False])
+    lines += fit_table(header, rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
 
     if collapsed:
-        lines += ["", _collapsed_note(collapsed, p.floor)]
+        lines += [""] + wrap_line(_collapsed_note(collapsed, p.floor, prefix=prefix))
     for status, what in ((Status.MISSING, "in the baseline, not measured now"), (Status.NEW, "new, no baseline")):
         items = result.by_status(status)
         if items:
@@ -184,7 +195,8 @@ def verdict_table(result: CompareResult) -> str:
     suspects = result.suspects()
     if suspects:
         lines.append("")
-        lines.append(f"suspects to re-measure ({len(suspects)}): " + ", ".join(suspects))
+        lines += wrap_line(f"suspects to re-measure ({len(suspects)}): "
+                           + ", ".join(n.removeprefix(prefix) for n in suspects))
     spread = delta_spread(result)
     if spread is not None:
         lines.append("")

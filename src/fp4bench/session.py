@@ -205,18 +205,20 @@ class Fp4Session:
             res = self.runner.run(backend, spec.problem, spec.tactic,
                                   measure=not getattr(benchmark, "disabled", False))
             res_status, reason = res.status, res.reason
+        from fp4bench.plugin_console import skip
+
         if res_status == SKIPPED:
             if base is not None:
                 pytest.fail(f"MISSING NOW: measured in the baseline ({self.baseline_path}), skipped now: {reason}",
                             pytrace=False)
-            pytest.skip(reason)
+            skip(spec, reason)
         if res_status == UNSUPPORTED:
             self.availability[key] = availability_value(False, reason)
             was = self.baseline.availability.get(key) if self.baseline is not None else None
             if was is not None and is_ok(was):
                 pytest.fail(f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: {reason}",
                             pytrace=False)
-            pytest.skip(f"unsupported: {reason}")
+            skip(spec, f"unsupported: {reason}")
         self.availability[key] = availability_value(True)
         if spec.note:
             res.extra_info["problem_note"] = spec.note
@@ -284,13 +286,17 @@ class Fp4Session:
         from fp4bench.gate.verdict import compare
 
         if self._result is None:
+            from fp4bench.plugin_console import not_run
+
             base = self.baseline
-            # baseline entries deselected with -k/-m are not "missing"
-            if self.deselected:
+            # baseline entries deselected with -k/-m are not "missing", nor are the cases a
+            # stopped run (-x, --maxfail, Ctrl-C) never reached: those are listed as not run
+            skipped = self.deselected | set(not_run(self.config))
+            if skipped:
                 import dataclasses
 
                 base = dataclasses.replace(base, benchmarks={k: v for k, v in base.benchmarks.items()
-                                                             if k not in self.deselected})
+                                                             if k not in skipped})
             self._result = compare(base, dict(self.measured), self.availability, self.policy, self.fingerprint)
         return self._result
 
@@ -311,7 +317,10 @@ class Fp4Session:
         # check must be done here, or a poisoned run would be saved clean
         self.check_health()
         test_only = self.test_only()
-        clean = self.failed_tests == 0 and not self.interrupted and not self.health and not test_only
+        from fp4bench.plugin_console import not_run
+
+        clean = (self.failed_tests == 0 and not self.interrupted and not self.health and not test_only
+                 and not not_run(self.config))
         if self.baseline is not None:
             result = self.final_compare()
             verdicts = result.counts()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from fp4bench.ab.schedule import SIDES, abba
 from fp4bench.sweep import SweepOptions
@@ -57,6 +57,8 @@ class SideResult:
     extra_info: dict[str, Any] = field(default_factory=dict)
     digest: str | None = None
     check_s: float = 0.0  # prepare + verify wall time (JIT build/load included)
+    #: NVML per timing round (SM clock, power, temperature, throttling); empty on CPU
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +118,10 @@ class AbRunner:
                           f"(torch {fps[side].get('torch')}, flashinfer {fps[side].get('flashinfer') or '-'})")
         return fps
 
-    def run(self, sweep_for: Callable[[dict], SweepOptions] | None = None) -> AbRun:
+    def run(self, sweep_for: Callable[[dict], SweepOptions] | None = None, only: Collection[str] | None = None,
+            on_pair: Callable[[int, int, Paired], None] | None = None) -> AbRun:
+        """``only``: the benchmark ids to run (a pytest run's selection, -k included), None: all
+        listed. ``on_pair(i, n, pair)`` is called after each benchmark (progress)."""
         fps = self.start()
         sweep = sweep_for(fps["A"]) if sweep_for else self.cfg.sweep
         listed = {s: self._ask(s, {"op": "cases", "sweep": sweep.to_dict()}, "listing the sweep") for s in SIDES}
@@ -125,6 +130,8 @@ class AbRunner:
                 raise RuntimeError(f"side {s} could not list the sweep: {reply.get('reason')}")
         by_side = {s: {c["id"]: c for c in listed[s]["cases"]} for s in SIDES}
         names = list(by_side["A"]) + [n for n in by_side["B"] if n not in by_side["A"]]
+        if only is not None:
+            names = [n for n in names if n in only]
         check_s = {s: 0.0 for s in SIDES}
         pairs: list[Paired] = []
         interrupted = False
@@ -134,6 +141,8 @@ class AbRunner:
                 check_s["A"] += p.a.check_s
                 check_s["B"] += p.b.check_s
                 pairs.append(p)
+                if on_pair is not None:
+                    on_pair(i, len(names), p)
         except KeyboardInterrupt:  # a time limit (timeout -s INT) or Ctrl-C: judge what finished
             interrupted = True
             self.progress(f"interrupted: {len(names) - len(pairs)} of {len(names)} benchmarks not reached")
@@ -184,6 +193,8 @@ class AbRunner:
                 if cupti and "kernels" in (t.get("extra") or {}):  # CUPTI names of the timed kernels
                     res[s].extra_info["kernels"] = t["extra"]["kernels"]
                 res[s].extra_info.update(timer=t["method"], calls_per_sample=t["calls_per_sample"])
+                if reply.get("telemetry"):
+                    res[s].telemetry.append(reply["telemetry"])
                 order.append(s)
             for s in SIDES:
                 self._ask(s, {"op": "drop"}, "drop")

@@ -39,6 +39,10 @@ class Child:
         self.runner = CaseRunner(self.device, timing, cold_l2=init.get("cold_l2", True),
                                  seed=init.get("seed", 0), peaks=gpu_peaks)
         self._calls: dict[str, tuple[Any, list, Any]] = {}  # case key -> (backend, timed callables, capture)
+        # NVML around each timing round (``fp4bench ab``): on a GPU only (a CPU run has no GPU
+        # clocks to report); ``nvml`` injects a pynvml-like object (tests)
+        self.telemetry = self.device.type == "cuda"
+        self.nvml: Any = None
 
     # -- requests -------------------------------------------------------------------------
     def _case(self, case: dict[str, Any]):
@@ -109,11 +113,26 @@ class Child:
             cap = prime_gpu(fns, cfg, self.device, backend.no_graph_reason) if self.device.type == "cuda" else None
             self._calls = {key: (backend, fns, cap)}
         backend, fns, cap = self._calls[key]
-        if self.device.type == "cuda":
-            t = time_gpu(fns, cfg, self.device, backend.no_graph_reason, primed=cap)
-        else:
-            t = time_cpu(fns, dataclasses.replace(cfg, mode="cpu"))
-        return {"status": "measured", "reason": "", "timing": protocol.finite(dataclasses.asdict(t))}
+        with self._sampler() as tel:
+            if self.device.type == "cuda":
+                t = time_gpu(fns, cfg, self.device, backend.no_graph_reason, primed=cap)
+            else:
+                t = time_cpu(fns, dataclasses.replace(cfg, mode="cpu"))
+        out = {"status": "measured", "reason": "", "timing": protocol.finite(dataclasses.asdict(t))}
+        if tel is not None and tel.result is not None:
+            out["telemetry"] = protocol.finite(round_telemetry(tel.result))
+        return out
+
+    def _sampler(self):
+        """NVML polled on its own thread during the round (never inside the timed thread), or a
+        no-op where there is no telemetry to take."""
+        import contextlib
+
+        from fp4bench.measure.telemetry import TelemetrySampler
+
+        if not self.telemetry:
+            return contextlib.nullcontext(None)
+        return TelemetrySampler(self.device.index or 0, nvml=self.nvml)
 
     def cases(self, req: dict[str, Any]) -> dict[str, Any]:
         """The sweep as this environment lists it (its libraries decide the tactics)."""
@@ -159,6 +178,14 @@ class Child:
             if health:
                 out.update(status=FAILED, reason=f"CUDA context poisoned after this case: {health}", fatal=health)
         return out
+
+
+def round_telemetry(tel: Any) -> dict[str, Any]:
+    """What one timing round's NVML window says about the GPU's state: SM clock, power,
+    temperature, throttling (None: not readable; ``error`` says why)."""
+    return {"sm_clock_mhz": tel.sm_clock_median_mhz, "sm_clock_min_mhz": tel.sm_clock_min_mhz,
+            "power_w": tel.power_mean_w, "temp_c": tel.temp_max_c, "throttled": tel.throttled,
+            "throttle_reasons": tel.reasons, "samples": tel.samples, "error": tel.error}
 
 
 def operand_digest(ops: Any) -> str:

@@ -1,0 +1,85 @@
+"""pytest-benchmark's and pytest-xdist's conventions around fp4bench cases (``fp4bench.plugin_compat``):
+ignored calibration flags warn once each, pytest-benchmark's own table leaves out what fp4bench
+prints, ``-n`` is refused with a usage error."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fp4bench.backends import registry
+from test_plugin import BENCH_FILE, TINY
+
+pytest_plugins = ["pytester"]
+
+BF16 = [*TINY, "--fp4-backends", "torch-bf16"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_registry(monkeypatch):
+    registry.all_backends()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+
+
+@pytest.fixture
+def bench(pytester):
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    return pytester
+
+
+def test_ignored_calibration_flags_warn_once_each_naming_the_fp4_option(bench):
+    res = bench.runpytest(*BF16, "--benchmark-min-rounds", "20", "--benchmark-max-time", "3",
+                          "--benchmark-warmup", "on", "--benchmark-timer", "time.process_time")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    for flag, fp4 in (("--benchmark-min-rounds=20", "use --fp4-min-samples"),
+                      ("--benchmark-max-time=3", "use --fp4-time-budget"),
+                      ("--benchmark-warmup", "no such setting: every case runs its correctness check"),
+                      ("--benchmark-timer=time.process_time", "set by --fp4-device")):
+        assert out.count(f"PytestConfigWarning: {flag} is ignored by fp4bench's 2 cases") == 1, flag
+        assert re.search(rf"{re.escape(flag)} is ignored by fp4bench's 2 cases \(fp4bench times them itself\): "
+                         rf"{re.escape(fp4)}", out), flag
+    # the defaults, given explicitly, are not a change: no warning
+    res = bench.runpytest(*BF16, "--benchmark-min-rounds", "5", "--benchmark-warmup", "off")
+    assert "is ignored by fp4bench" not in res.stdout.str()
+
+
+PLAIN = '''
+def test_plain(benchmark):
+    benchmark(sum, range(10))
+'''
+
+
+def test_pytest_benchmark_table_only_for_other_benchmarks(bench):
+    res = bench.runpytest(*BF16)
+    assert res.ret == 0
+    out = res.stdout.str()
+    assert "fp4bench results (CPU)" in out
+    assert "benchmark 'dense glm-5" not in out and "Name (time in" not in out  # no second table of fp4 cases
+    res = bench.runpytest(*BF16, "--fp4-benchmark-table")
+    assert "benchmark 'dense glm-5 shared_down': 1 tests" in res.stdout.str()  # asked for: kept
+    # a session with a plain pytest-benchmark test too: its table stays, with that test only
+    bench.makepyfile(test_plain=PLAIN)
+    res = bench.runpytest(*BF16, "--benchmark-min-rounds", "7")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert "test_plain " in out and "Name (time in" in out and "dense glm-5" not in out.split("Name (time in")[1]
+
+
+def test_plain_pytest_benchmark_session_is_left_alone(pytester):
+    pytester.makepyfile(test_plain=PLAIN)
+    res = pytester.runpytest("-p", "fp4bench.plugin", "-p", "no:cacheprovider", "--benchmark-min-rounds", "7")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert "Name (time in" in out and "test_plain" in out
+    assert "is ignored by fp4bench" not in out and "fp4bench results" not in out
+
+
+def test_xdist_is_refused_with_a_usage_error(bench):
+    res = bench.runpytest_subprocess(*BF16, "-p", "xdist", "-n", "2", timeout=300)
+    err = res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str() + err
+    assert ("ERROR: fp4bench: pytest-xdist (-n 2) cannot run benchmark cases: they are timed on one GPU" in err)
+    assert "--fp4-isolate" in err and "CUDA_VISIBLE_DEVICES" in err
+    assert "MISSING" not in res.stdout.str() and "INTERNALERROR" not in res.stdout.str() + err
