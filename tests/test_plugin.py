@@ -375,8 +375,9 @@ def test_bare_benchmark_compare_hands_a_slim_baseline_to_pytest_benchmark(bench)
     _baseline(bench, "store/cpu/run.json")
     migrate(bench.path / "store/cpu/run.json", bench.path / "store/cpu/approved.json")
     (bench.path / "store/cpu/run.json").unlink()
+    # --fp4-benchmark-table: pytest-benchmark's own table keeps fp4bench's rows (left out by default)
     res = bench.runpytest(*GATE, "--benchmark-compare", "--benchmark-compare-fail=median:1000%",
-                          "--fp4-baselines", "store")
+                          "--fp4-baselines", "store", "--fp4-benchmark-table")
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 0, out
     assert "fp4bench verdict vs store/cpu/approved.json" in out
