@@ -9,26 +9,16 @@ import re
 
 import pytest
 
-from fp4bench.backends import registry
 from fp4bench.plugin_console import Tracker, duration, progress_line, results_lines
 from fp4bench.textfit import WIDTH
-from test_plugin import BENCH_FILE, GATE, GATE_IDS, STEADY, TINY, _baseline, _faster_baseline, _write
+import test_plugin
+from test_plugin import GATE, GATE_IDS, TINY, _baseline, _faster_baseline, _write
 
 pytest_plugins = ["pytester"]
 
-
-@pytest.fixture(autouse=True)
-def _isolated_registry(monkeypatch):
-    registry.all_backends()
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    monkeypatch.setattr(STEADY, "slow_first", False)
-    monkeypatch.setattr(STEADY, "prepares", 0)
-
-
-@pytest.fixture
-def bench(pytester):
-    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
-    return pytester
+# the same fixtures as test_plugin's: a per-test backend registry and the bench file
+_isolated_registry = test_plugin._isolated_registry
+bench = test_plugin.bench
 
 
 BF16 = [*TINY, "--fp4-backends", "torch-bf16"]

@@ -221,7 +221,7 @@ def results_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
     """The sweep's rows as a table of lines at most ``width``: columns empty in every row are
     left out, a backend / tactic / problem shared by every row and the notes every row has are
     said once above the table."""
-    from fp4bench.report import KNOWN_COLUMNS, _cell
+    from fp4bench.report import table_cells
 
     if not rows:
         return ["(no results)"]
@@ -241,15 +241,7 @@ def results_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
         head.append("every row: " + ", ".join(shared))
     if common:
         head.append("notes of every row: " + "; ".join(common))
-    cells, right = [], [False] * len(cols)
-    for r in rows:
-        line = []
-        for i, c in enumerate(cols):
-            text, is_right = _cell(c, r.get(c))
-            right[i] = right[i] or (is_right and r.get(c) is not None)
-            line.append(text)
-        cells.append(line)
-    header = [KNOWN_COLUMNS[c][0] if c in KNOWN_COLUMNS else c for c in cols]
+    header, cells, right = table_cells(rows, cols)
     return head + fit_table(header, cells, right, width, wrap=cols.index("tactic") if "tactic" in cols else None,
                             trail=cols.index("notes") if "notes" in cols else None)
 

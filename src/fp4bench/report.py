@@ -269,6 +269,13 @@ def results_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | No
         columns = list(seen)
     if not columns:
         return "(no results)"
+    header, body, right = table_cells(rows, columns)
+    return "\n".join(_render(header, body, right))
+
+
+def table_cells(rows: list[dict], columns: list[str]) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Header, formatted cells and right-alignment per column of a results table (a column is
+    right-aligned when any of its values is a number)."""
     header = [KNOWN_COLUMNS[c][0] if c in KNOWN_COLUMNS else c for c in columns]
     body, right = [], [False] * len(columns)
     for r in rows:
@@ -278,7 +285,7 @@ def results_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | No
             right[i] = right[i] or (is_right and r.get(c) is not None)
             cells.append(text)
         body.append(cells)
-    return "\n".join(_render(header, body, right))
+    return header, body, right
 
 
 def result_row(spec: Any, res: Any) -> dict:
