@@ -232,13 +232,14 @@ def ab_bench(pytester, monkeypatch):
 
 def test_pytest_ab_against_fails_like_a_test_with_the_ab_table(ab_bench, monkeypatch):
     monkeypatch.setenv("FAKE_SLOWDOWN", "3")  # this environment (B) is 4x slower ...
+    monkeypatch.setenv("CI", "true")  # pytest then prints -rf's crash message untrimmed: it must be one line
     res = ab_bench.runpytest(*AB_PYTEST, "--fp4-ab-env", "FAKE_SLOWDOWN=0", "-rf",  # ... than side A
                              "--fp4-verdict-json", "ab.json")
     out = res.stdout.str()
     assert res.ret == 1, out
     assert res.parseoutcomes()["failed"] == 1 and "passed" not in res.parseoutcomes()
     assert f"fp4bench ab: the 2 selected cases run as one A/B comparison: A = {sys.executable}" in out
-    assert f"FAILED test_fp4_gemm.py::fp4bench-ab[{Path(sys.executable).name}]" in out
+    assert f"FAILED test_fp4_gemm.py::fp4bench-ab[{Path(sys.executable).name}] - 2 FAIL → regression (exit 1)\n" in out
     assert "telemetry: none (NVML is read around GPU timing rounds only; this run timed on CPU)" in out
     assert out.count("summary: 2 FAIL → regression (exit 1)") == 1  # the table once: as the failure text
     data = json.loads((ab_bench.path / "ab.json").read_text())

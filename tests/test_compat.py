@@ -4,12 +4,15 @@ prints, ``-n`` is refused with a usage error."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from fp4bench.backends import registry
-from test_plugin import BENCH_FILE, TINY
+from fp4bench.cli_compare import compare_main
+from fp4bench.gate.store import approve
+from test_plugin import BENCH_FILE, GATE, TINY, _outcomes
 
 pytest_plugins = ["pytester"]
 
@@ -83,3 +86,42 @@ def test_xdist_is_refused_with_a_usage_error(bench):
     assert ("ERROR: fp4bench: pytest-xdist (-n 2) cannot run benchmark cases: they are timed on one GPU" in err)
     assert "--fp4-isolate" in err and "CUDA_VISIBLE_DEVICES" in err
     assert "MISSING" not in res.stdout.str() and "INTERNALERROR" not in res.stdout.str() + err
+
+
+# pytest-benchmark's output and calibration flags: they change what is written, never what is judged
+PB_FLAGS = ["--benchmark-json", "r.json", "--benchmark-autosave", "--benchmark-min-rounds", "20",
+            "--benchmark-max-time", "3", "--benchmark-warmup", "on", "--benchmark-disable-gc",
+            "--benchmark-sort", "name", "--benchmark-columns", "min,median"]
+
+
+@pytest.mark.filterwarnings("ignore:Benchmark machine_info is different")  # the slim baseline records none
+def test_the_gate_judges_the_same_with_and_without_pytest_benchmarks_flags(bench, monkeypatch, capsys):
+    both = [*GATE, "--fp4-backends", "steady-spin,steady-spin-2", "--fp4-baselines", "store"]
+    res = bench.runpytest(*both, "--fp4-save-baseline", "plain.json")
+    assert res.ret == 0, res.stdout.str()
+    approve(bench.path / "plain.json", bench.path / "store")  # store/cpu/approved.json, slim
+    # one backend 2x slower, the other unchanged: a mixed verdict that both runs must reproduce
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "steady-spin=1.0")
+    slowed = [*both, "--fp4-plugin", "fp4bench.testing.slowdown", "--benchmark-compare"]
+    judged, registered = {}, dict(registry._registry)
+    for name, extra in (("bare", []), ("flags", PB_FLAGS)):
+        monkeypatch.setattr(registry, "_registry", dict(registered))  # each run registers the wrapper anew
+        res = bench.runpytest(*slowed, *extra)
+        out = res.stdout.str()
+        assert res.ret == 1, out
+        assert "fp4bench verdict vs store/cpu/approved.json" in out
+        judged[name] = (_outcomes(res), sorted(re.findall(r"^FAIL (\S+): ", out, re.M)))
+    assert judged["bare"] == judged["flags"]
+    outcomes, failed = judged["bare"]
+    assert outcomes == {"passed": 2, "failed": 2} and all("steady-spin-default" in f for f in failed), failed
+    # what the flags wrote: the --benchmark-json file and the autosaved run, both with raw samples
+    # and gateable by `fp4bench compare` to the same two FAILs
+    saved = json.loads((bench.path / "r.json").read_text())
+    assert len(saved["benchmarks"]) == 4 and all(len(b["stats"]["data"]) >= 15 for b in saved["benchmarks"])
+    autosaved = list((bench.path / ".benchmarks").rglob("0001_*.json"))
+    assert len(autosaved) == 1, autosaved
+    for run in (bench.path / "r.json", autosaved[0]):
+        capsys.readouterr()
+        assert compare_main([str(bench.path / "store/cpu/approved.json"), str(run), "--floor", "20"]) == 1
+        table = capsys.readouterr().out
+        assert sorted(re.findall(r"^FAIL +(\S+) ", table, re.M)) == [f.split("::")[1] for f in failed], table

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest._code.code import ReprFileLocation, TerminalRepr
 
 
 def addoption(group: Any) -> None:
@@ -38,6 +39,22 @@ class AbRegression(Exception):
     """The A/B gate failed; the message is the whole verdict report."""
 
 
+class AbVerdictRepr(TerminalRepr):
+    """The failure text of the A/B item: the whole verdict report under FAILURES, and one line
+    (the verdict's summary) as its crash message, which is what ``-rf``'s short summary prints
+    (in full on CI, where pytest does not trim it to the terminal width)."""
+
+    def __init__(self, text: str, path: str) -> None:
+        self.text = text
+        summary = [line for line in text.splitlines() if line.startswith("summary: ")]
+        message = summary[-1].removeprefix("summary: ") if summary else text.strip().splitlines()[0]
+        self.reprcrash = ReprFileLocation(path, 0, message)
+
+    def toterminal(self, tw: Any) -> None:
+        for line in self.text.splitlines():
+            tw.line(line)
+
+
 class AbItem(pytest.Item):
     """The one test that stands for the selected cases: runs the A/B comparison on them."""
 
@@ -54,7 +71,7 @@ class AbItem(pytest.Item):
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[override]
         if isinstance(excinfo.value, AbRegression):
-            return str(excinfo.value)
+            return AbVerdictRepr(str(excinfo.value), str(self.path))
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
