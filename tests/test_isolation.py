@@ -115,6 +115,18 @@ def test_a_poisoned_context_reply_is_returned_and_the_worker_replaced(fake_pytho
     w.close()
 
 
+def test_a_late_eof_of_the_replaced_worker_does_not_reach_its_replacement(fake_python):
+    """The poisoned worker's stdout reaches EOF only after its replacement started (a child of it
+    held the pipe): that EOF belongs to the old process, not to the new one's requests."""
+    w = _fake_worker(fake_python)
+    first = w.request(_req("good"))["pid"]
+    assert w.request(_req("sticky-linger"))["fatal"] and w.proc is None
+    second = w.request(_req("good"))["pid"]
+    time.sleep(1.5)  # the old pipe's EOF arrives meanwhile
+    assert second != first and w.request(_req("good"))["pid"] == second and w.starts == 2
+    w.close()
+
+
 def test_isolated_runner_turns_a_lost_worker_into_a_named_failed_case(fake_python):
     runner = IsolatedRunner(_fake_worker(fake_python).spec)
     res = runner.run(faults.Abort(), GemmProblem(1, 8, 16), DEFAULT_TACTIC)

@@ -1,10 +1,13 @@
 """A stand-in for ``python -m fp4bench.worker`` that speaks the protocol without torch, so the
 parent side (``fp4bench.worker.pool``) is tested in milliseconds. What it does with a case is
 named by the case's backend (``fault-`` prefix optional): ``abort`` calls os.abort(), ``hang`` sleeps, ``sticky`` answers
-a fatal (poisoned-context) reply and exits, anything else answers one measured sample."""
+a fatal (poisoned-context) reply and exits, ``sticky-linger`` does too but leaves a child holding its stdout
+open for a second (its EOF then reaches the parent after a replacement has started), anything else answers
+one measured sample."""
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -17,6 +20,9 @@ for line in sys.stdin:
         os.abort()
     if backend == "hang":
         time.sleep(3600)
+    if backend == "sticky-linger":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"], stdout=sys.stdout, stdin=subprocess.DEVNULL)
+        backend = "sticky"
     if backend == "sticky":
         print(json.dumps({"type": "result", "status": "failed", "reason": "CUDA context poisoned: simulated",
                           "fatal": "simulated"}), flush=True)

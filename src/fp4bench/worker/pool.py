@@ -82,10 +82,13 @@ class Worker:
         self.starts = 0  # processes started: one more after each lost worker
         self._lines: queue.Queue = queue.Queue()
 
-    def _reader(self, stream) -> None:
+    @staticmethod
+    def _reader(stream, lines: queue.Queue) -> None:
+        """Forward one process's stdout lines, then None at EOF, into that process's own queue (a
+        replaced process's reader must never hand its EOF to the replacement)."""
         for line in stream:
-            self._lines.put(line)
-        self._lines.put(None)  # EOF: the process is gone
+            lines.put(line)
+        lines.put(None)  # EOF: the process is gone
 
     def start(self) -> dict[str, Any]:
         env = dict(os.environ)
@@ -95,7 +98,7 @@ class Worker:
                                      stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
         self.starts += 1
         self._lines = queue.Queue()
-        threading.Thread(target=self._reader, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(target=self._reader, args=(self.proc.stdout, self._lines), daemon=True).start()
         self.ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
         return self.ready
 
@@ -112,7 +115,11 @@ class Worker:
             self.kill()
             raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
         if line is None:
-            rc = self.proc.wait()
+            try:  # stdout at EOF: the process is exiting; never wait on one that is not
+                rc = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait()
             self.proc = None
             raise WorkerLost(f"{self.label} process died during {what}: {describe_exit(rc)}")
         return json.loads(line)
