@@ -36,7 +36,11 @@ def addoption(group: Any) -> None:
 
 
 class AbRegression(Exception):
-    """The A/B gate failed; the message is the whole verdict report."""
+    """The A/B gate failed: the whole verdict report, and its one-line summary."""
+
+    def __init__(self, text: str, summary: str) -> None:
+        super().__init__(text)
+        self.text, self.summary = text, summary
 
 
 class AbVerdictRepr(TerminalRepr):
@@ -44,11 +48,9 @@ class AbVerdictRepr(TerminalRepr):
     (the verdict's summary) as its crash message, which is what ``-rf``'s short summary prints
     (in full on CI, where pytest does not trim it to the terminal width)."""
 
-    def __init__(self, text: str, path: str) -> None:
-        self.text = text
-        summary = [line for line in text.splitlines() if line.startswith("summary: ")]
-        message = summary[-1].removeprefix("summary: ") if summary else text.strip().splitlines()[0]
-        self.reprcrash = ReprFileLocation(path, 0, message)
+    def __init__(self, failure: AbRegression, path: str) -> None:
+        self.text = failure.text
+        self.reprcrash = ReprFileLocation(path, 0, failure.summary)
 
     def toterminal(self, tw: Any) -> None:
         for line in self.text.splitlines():
@@ -64,14 +66,11 @@ class AbItem(pytest.Item):
         self.case_ids = case_ids
 
     def runtest(self) -> None:
-        plugin = self.config.pluginmanager.get_plugin("fp4bench.plugin_ab")
-        text, failed = plugin.compare(self)
-        if failed:
-            raise AbRegression(text)
+        self.config.pluginmanager.get_plugin("fp4bench.plugin_ab").compare(self)
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[override]
         if isinstance(excinfo.value, AbRegression):
-            return AbVerdictRepr(str(excinfo.value), str(self.path))
+            return AbVerdictRepr(excinfo.value, str(self.path))
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
@@ -138,9 +137,10 @@ class AbPlugin:
         return (f"fp4bench ab: the {self.replaced} selected cases run as one A/B comparison: A = {self.against} "
                 f"(--fp4-ab-against), B = {sys.executable} (this environment, the candidate)")
 
-    def compare(self, item: AbItem) -> tuple[str, bool]:
-        """Run both sides on the item's cases; (report text, gate failed)."""
+    def compare(self, item: AbItem) -> None:
+        """Run both sides on the item's cases; raises AbRegression when the gate fails."""
         from fp4bench.ab.judge import judge, report, to_json
+        from fp4bench.report import verdict_summary
         from fp4bench.ab.run import AbConfig, AbRunner, Side
         from fp4bench.plugin import _state
 
@@ -162,12 +162,12 @@ class AbPlugin:
             now = time.monotonic()
             if interval > 0 and now - last[0] >= interval and i < n:
                 last[0] = now
-                self._echo(progress_line(i, n, now - t0).replace("cases", "A/B benchmarks"))
+                self._echo(progress_line(i, n, now - t0, unit="A/B benchmarks"))
 
         try:
             run = runner.run(only=set(item.case_ids), on_pair=on_pair)
         except (RuntimeError, ValueError) as exc:  # a side that cannot start or list the sweep
-            raise AbRegression(f"fp4bench ab: {exc}") from None
+            raise AbRegression(f"fp4bench ab: {exc}", f"fp4bench ab: {exc}") from None
         result = judge(run, st.policy)
         self.text, self.failed = report(run, result), bool(result.exit_code)
         path = opt("fp4_verdict_json")
@@ -176,7 +176,8 @@ class AbPlugin:
         from fp4bench.reporting.machine import verdict_markdown, write_step_summary
 
         write_step_summary(verdict_markdown(result, baseline=f"side A: {item.against}"))
-        return self.text, self.failed
+        if self.failed:
+            raise AbRegression(self.text, verdict_summary(result))
 
     def _echo(self, line: str) -> None:
         """A line on the terminal from inside the running test (past output capture)."""

@@ -42,13 +42,14 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def progress_line(done: int, total: int, elapsed_s: float, failed: int = 0, skipped: int = 0) -> str:
+def progress_line(done: int, total: int, elapsed_s: float, failed: int = 0, skipped: int = 0,
+                  unit: str = "cases") -> str:
     """``fp4bench: 120/418 cases, 3m12s elapsed, ETA 7m57s``; the ETA assumes the cases left
     take as long on average as the ones done (skipped cases included, as they are in the
     remaining ones too)."""
     counts = ", ".join(f"{n} {what}" for n, what in ((failed, "failed"), (skipped, "skipped")) if n)
     eta = duration(elapsed_s / done * (total - done)) if done else "?"
-    return (f"fp4bench: {done}/{total} cases{f' ({counts})' if counts else ''}, "
+    return (f"fp4bench: {done}/{total} {unit}{f' ({counts})' if counts else ''}, "
             f"{duration(elapsed_s)} elapsed, ETA {eta}")
 
 

@@ -203,10 +203,16 @@ def verdict_table(result: CompareResult) -> str:
         lines.append(f"Δ of the medians over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
                      f"p95 |Δ| {spread[2] * 100:.2f}%, max |Δ| {spread[3] * 100:.2f}%")
     lines.append("")
+    lines.append(f"summary: {verdict_summary(result)}")
+    return "\n".join(lines)
+
+
+def verdict_summary(result: CompareResult) -> str:
+    """The verdict in one line, e.g. ``2 PASS, 1 FAIL → regression (exit 1)``: the table's last
+    line, and the message a failed gate test shows in pytest's short summary."""
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
     outcome = "regression" if result.exit_code else "no regression"
-    lines.append(f"summary: {counts or 'nothing compared'} → {outcome} (exit {result.exit_code})")
-    return "\n".join(lines)
+    return f"{counts or 'nothing compared'} → {outcome} (exit {result.exit_code})"
 
 
 def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:
