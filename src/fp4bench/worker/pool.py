@@ -114,13 +114,8 @@ class Worker:
         except queue.Empty:
             self.kill()
             raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
-        if line is None:
-            try:  # stdout at EOF: the process is exiting; never wait on one that is not
-                rc = self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                rc = self.proc.wait()
-            self.proc = None
+        if line is None:  # stdout at EOF: the process is exiting
+            rc = self._reap()
             raise WorkerLost(f"{self.label} process died during {what}: {describe_exit(rc)}")
         return json.loads(line)
 
@@ -132,21 +127,30 @@ class Worker:
             self.close()  # exits by itself after a fatal reply
         return reply
 
+    def _reap(self, timeout: float = 30.0) -> int:
+        """Wait for the process to exit, killing it after ``timeout`` s (never wait on one that
+        does not); its exit status."""
+        assert self.proc is not None
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.proc = None
+        return rc
+
     def kill(self) -> None:
         if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+            self._reap(timeout=0)
 
     def close(self) -> None:
         if self.proc is None:
             return
         try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            self.kill()
-        self.proc = None
+        except OSError:
+            pass
+        self._reap()
 
 
 class IsolatedRunner:
