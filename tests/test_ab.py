@@ -171,17 +171,18 @@ def test_worker_round_carries_nvml_telemetry_only_where_it_is_read():
     child.telemetry, child.nvml = True, FakeNVML(sm=(1800,), power=(600_000,), reasons=(0x4,))
     tel = child.time(req)["telemetry"]
     assert tel["sm_clock_mhz"] == 1800 and tel["power_w"] == 600 and tel["throttled"] is True
-    assert tel["throttle_reasons"] == ["SwPowerCap"] and tel["samples"] >= 1
+    assert tel["throttle_reasons"] == ["SwPowerCap"] and tel["telemetry_samples"] >= 1
 
 
 def _round(sm: float, watts: float, temp: float, throttled: bool) -> dict:
     return {"sm_clock_mhz": sm, "power_w": watts, "temp_c": temp, "throttled": throttled,
-            "throttle_reasons": ["SwPowerCap"] if throttled else [], "samples": 20, "error": None}
+            "throttle_reasons": ["SwPowerCap"] if throttled else [], "telemetry_samples": 20}
 
 
 def test_telemetry_is_summarized_per_side_in_the_report_and_json():
     from _benchjson import H200
     from fp4bench.ab.judge import report
+    from fp4bench.ab.judge import telemetry_summary as report_telemetry
     from fp4bench.ab.run import AbRun, Paired, SideResult
 
     rng = np.random.default_rng(0)
@@ -203,6 +204,11 @@ def test_telemetry_is_summarized_per_side_in_the_report_and_json():
     assert js["telemetry"]["B"] == {"rounds": 8, "sm_clock_mhz_median": 1800, "power_w_median": 700,
                                     "temp_c_max": 71, "throttled_rounds": 8, "errors": []}
     assert js["benchmarks"][0]["a_telemetry"] == [_round(1980, 650, 60, False)] * 8
+    # a round whose NVML window could not be read: its error is named in the header, not averaged in
+    run.pairs[0].b.telemetry[0] = {**_round(1800, 700, 71, True), "telemetry_error": "NVML: GPU is lost"}
+    assert report_telemetry(run)["B"]["errors"] == ["NVML: GPU is lost"]
+    text = " ".join(report(run, judge(run, Policy())).split())  # the header line wraps at 160 characters
+    assert "8/8 rounds throttled (NVML: NVML: GPU is lost)" in text
 
 
 # --- pytest bench --fp4-ab-against --------------------------------------------------------------

@@ -90,7 +90,7 @@ def telemetry_summary(run: AbRun) -> dict[str, dict[str, Any] | None]:
                      "power_w_median": statistics.median(power) if power else None,
                      "temp_c_max": max(temps) if temps else None,
                      "throttled_rounds": sum(bool(r.get("throttled")) for r in rounds),
-                     "errors": sorted({str(r["error"]) for r in rounds if r.get("error")})}
+                     "errors": sorted({str(r["telemetry_error"]) for r in rounds if r.get("telemetry_error")})}
     return out
 
 

@@ -120,7 +120,7 @@ class Child:
                 t = time_cpu(fns, dataclasses.replace(cfg, mode="cpu"))
         out = {"status": "measured", "reason": "", "timing": protocol.finite(dataclasses.asdict(t))}
         if tel is not None and tel.result is not None:
-            out["telemetry"] = protocol.finite(round_telemetry(tel.result))
+            out["telemetry"] = protocol.finite(tel.result.to_extra_info())  # the keys a pytest case records
         return out
 
     def _sampler(self):
@@ -178,14 +178,6 @@ class Child:
             if health:
                 out.update(status=FAILED, reason=f"CUDA context poisoned after this case: {health}", fatal=health)
         return out
-
-
-def round_telemetry(tel: Any) -> dict[str, Any]:
-    """What one timing round's NVML window says about the GPU's state: SM clock, power,
-    temperature, throttling (None: not readable; ``error`` says why)."""
-    return {"sm_clock_mhz": tel.sm_clock_median_mhz, "sm_clock_min_mhz": tel.sm_clock_min_mhz,
-            "power_w": tel.power_mean_w, "temp_c": tel.temp_max_c, "throttled": tel.throttled,
-            "throttle_reasons": tel.reasons, "samples": tel.samples, "error": tel.error}
 
 
 def operand_digest(ops: Any) -> str:
