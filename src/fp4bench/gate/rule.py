@@ -1,0 +1,184 @@
+"""One decision rule for a timing change, shared by the stored-baseline gate and ``fp4bench ab``.
+
+The unit of evidence is an independent **replicate**: a measurement window with its own CUDA
+context or graph capture, allocations and power state (a window of the stored-baseline gate, a
+worker process of ``fp4bench ab``). Samples inside one replicate measure only that replicate's
+noise; the question the gate answers is about effects between replicates (another window,
+process or unit), so each replicate contributes one number: its log time (the log of its
+median, or the mean of its round-paired log times in ab). Working in log time makes a change
+a ratio: ``exp(delta) - 1`` is the relative change.
+
+For one benchmark, with ``b`` the base replicates and ``n`` the new ones::
+
+    delta  = mean(n) - mean(b)                               (log of the ratio of the two)
+    s^2    = (SS_b + SS_n + prior_df * prior_sigma^2) / (df + prior_df)
+             SS: sum of squared deviations from the group mean, df = len(b) + len(n) - 2;
+             the prior (a between-replicate spread assumed before any data, from the noise
+             model) keeps two or three replicates that happen to agree from claiming a
+             spread of zero
+    se     = max(s, min_sigma) * sqrt(1/len(b) + 1/len(n))
+    lo, hi = delta -/+ t(confidence, df + prior_df) * se     (one-sided bounds)
+
+and with the threshold ``theta = log(1 + floor * (1 - margin))``:
+
+    FAIL       lo >= theta  and at least ``min_new_for_fail`` new replicates: the change is shown
+               to reach the guard band below the floor, by independent replicates
+    PASS       hi <  theta: the change is shown to stay below it (an equivalence bound);
+               "improved" when also hi < -theta
+    MORE       neither, and the caller may still measure: another window / more processes
+    AMBIGUOUS  neither, and the budget is spent: reported with its interval. Except that a
+               huge change (delta >= log(1 + 2 * floor) with every new replicate slower than
+               every base replicate) is a FAIL, never AMBIGUOUS
+
+Noise enters only through ``se``: a noisier benchmark needs more replicates to be decided, it
+never moves the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Sequence
+
+from scipy import stats
+
+
+class Decision(str, Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    MORE = "MORE"
+    AMBIGUOUS = "AMBIGUOUS"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """``floor``: the relative slowdown that must FAIL. ``margin``: the guard band below it, as a
+    fraction of the floor. ``confidence``: of each one-sided bound. ``prior_sigma``/``prior_df``:
+    the between-replicate spread of log time assumed before data, and its weight in degrees of
+    freedom. ``min_sigma``: the smallest spread ever assumed (timer resolution, clock steps).
+    ``min_new_for_fail``: new replicates a FAIL needs, so one window in an odd power state can
+    make a suspect but never a FAIL on its own."""
+
+    floor: float = 0.05
+    margin: float = 0.5
+    confidence: float = 0.99
+    prior_sigma: float = 0.006
+    prior_df: float = 4.0
+    min_sigma: float = 0.001
+    min_new_for_fail: int = 2
+
+    def __post_init__(self) -> None:
+        checks = (
+            (0 < self.floor < 10, f"floor is a relative change (0.05 = 5 %) > 0, got {self.floor}"),
+            (0 <= self.margin < 1, f"margin is a fraction of the floor in [0, 1), got {self.margin}"),
+            (0.5 < self.confidence < 1, f"confidence must be in (0.5, 1), got {self.confidence}"),
+            (math.isfinite(self.prior_sigma) and self.prior_sigma >= 0, f"prior_sigma must be >= 0, got {self.prior_sigma}"),
+            (math.isfinite(self.prior_df) and self.prior_df >= 0, f"prior_df must be >= 0, got {self.prior_df}"),
+            (math.isfinite(self.min_sigma) and self.min_sigma >= 0, f"min_sigma must be >= 0, got {self.min_sigma}"),
+            (self.min_new_for_fail >= 1, f"min_new_for_fail must be >= 1, got {self.min_new_for_fail}"),
+        )
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"RuleSettings.{msg}")
+
+    @property
+    def threshold(self) -> float:
+        """The guard band in log time: a change shown beyond it FAILs, one shown below it PASSes."""
+        return math.log1p(self.floor * (1.0 - self.margin))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The change of one benchmark from its replicates, in log time."""
+
+    delta: float
+    lo: float
+    hi: float
+    se: float
+    df: float
+    n_base: int
+    n_new: int
+    #: every new replicate slower than every base replicate
+    separated: bool
+
+    @property
+    def pct(self) -> float:
+        return math.expm1(self.delta) * 100.0
+
+    @property
+    def interval_pct(self) -> tuple[float, float]:
+        return math.expm1(self.lo) * 100.0, math.expm1(self.hi) * 100.0
+
+
+def _log_values(values: Sequence[float], what: str) -> list[float]:
+    out = []
+    for v in values:
+        v = float(v)
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{what}: replicate times must be finite and > 0, got {v!r}")
+        out.append(math.log(v))
+    return out
+
+
+def _ss(x: Sequence[float]) -> float:
+    m = sum(x) / len(x)
+    return sum((v - m) ** 2 for v in x)
+
+
+def estimate(base: Sequence[float], new: Sequence[float], settings: RuleSettings, *,
+             log: bool = False, what: str = "benchmark") -> Estimate:
+    """Two groups of independent replicates: one time (seconds) per replicate, or log times with
+    ``log=True``. Each group needs at least one replicate."""
+    b = list(map(float, base)) if log else _log_values(base, what)
+    n = list(map(float, new)) if log else _log_values(new, what)
+    if not b or not n:
+        raise ValueError(f"{what}: need at least one base and one new replicate, got {len(b)} and {len(n)}")
+    delta = sum(n) / len(n) - sum(b) / len(b)
+    df = len(b) + len(n) - 2
+    return _bounded(delta, _ss(b) + _ss(n), df, 1.0 / len(b) + 1.0 / len(n), len(b), len(n),
+                    min(n) > max(b), settings)
+
+
+def estimate_paired(diffs: Sequence[float], settings: RuleSettings, *, what: str = "benchmark") -> Estimate:
+    """Independent paired replicates, each one log-ratio log(new/base) (an ab process pair whose
+    rounds were interleaved). The spread between pairs is the error term."""
+    d = [float(x) for x in diffs]
+    if not d or not all(math.isfinite(x) for x in d):
+        raise ValueError(f"{what}: need at least one finite paired log-ratio, got {d!r}")
+    delta = sum(d) / len(d)
+    return _bounded(delta, _ss(d), len(d) - 1, 1.0 / len(d), len(d), len(d), min(d) > 0, settings)
+
+
+def _bounded(delta: float, ss: float, df: int, scale: float, n_base: int, n_new: int, separated: bool,
+             settings: RuleSettings) -> Estimate:
+    total_df = df + settings.prior_df
+    if total_df <= 0:
+        # one replicate a side and no prior: nothing says how far a replicate moves
+        return Estimate(delta, -math.inf, math.inf, math.inf, 0.0, n_base, n_new, separated)
+    s2 = (ss + settings.prior_df * settings.prior_sigma ** 2) / total_df
+    se = max(math.sqrt(s2), settings.min_sigma) * math.sqrt(scale)
+    q = float(stats.t.ppf(settings.confidence, total_df))
+    return Estimate(delta, delta - q * se, delta + q * se, se, total_df, n_base, n_new, separated)
+
+
+def decide(est: Estimate, settings: RuleSettings, *, budget_left: bool) -> Decision:
+    """The rule of the module docstring for one benchmark's estimate."""
+    theta = settings.threshold
+    if est.lo >= theta and est.n_new >= settings.min_new_for_fail:
+        return Decision.FAIL
+    if est.hi < theta:
+        return Decision.PASS
+    if budget_left:
+        return Decision.MORE
+    if est.delta >= math.log1p(2.0 * settings.floor) and est.separated:
+        return Decision.FAIL
+    return Decision.AMBIGUOUS
+
+
+def improved(est: Estimate, settings: RuleSettings) -> bool:
+    """Shown faster beyond the guard band."""
+    return est.hi < -settings.threshold
