@@ -202,6 +202,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     if not st.ready:
         return
     output_json["fp4bench"] = st.json_section()
+    for bench in output_json.get("benchmarks", []):  # JSON data, not pytest-benchmark's "UNSERIALIZABLE[...]"
+        if isinstance(bench.get("params"), dict) and hasattr(bench["params"].get("fp4_case"), "id"):
+            bench["params"] = {**bench["params"], "fp4_case": bench["params"]["fp4_case"].id}
     if st.copy_to is not None:
         from fp4bench.gate.baseline import write_baseline
 
