@@ -11,7 +11,7 @@ SRC = Path(fp4bench.__file__).parent
 
 #: top-level module or package -> layer, in the order of the table in docs/architecture.md
 LAYERS = {
-    "formats": 0,
+    "formats": 0, "outputs": 0,
     "models": 1, "problems": 1, "workloads": 1, "options": 1,
     "operands": 2, "reference": 2, "reference_moe": 2,
     "backends": 3, "testing": 3,

@@ -209,6 +209,26 @@ def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
         assert b["group"].startswith("dense glm-5 shared_")
 
 
+def test_save_baseline_with_the_users_benchmark_json_writes_both_as_json_data(bench):
+    """README: ``--benchmark-json`` is kept with ``--fp4-save-baseline``; the candidate is a copy."""
+    res = bench.runpytest(*TINY, "--fp4-backends", "torch-bf16,torch-reference", "--fp4-save-baseline", "cand.json",
+                          "--benchmark-json", "r.json")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert "Traceback" not in out and "not JSON serializable" not in out
+    from fp4bench.gate.baseline import load_baseline
+
+    for name in ("r.json", "cand.json"):
+        text = (bench.path / name).read_text()
+        assert "UNSERIALIZABLE" not in text, name
+        data = json.loads(text)
+        assert {b["params"]["fp4_case"] for b in data["benchmarks"]} == {
+            b["param"] for b in data["benchmarks"]}  # the case id, as pytest names the test
+        assert len(load_baseline(bench.path / name).benchmarks) == 4
+    assert json.loads((bench.path / "r.json").read_text())["benchmarks"] == \
+        json.loads((bench.path / "cand.json").read_text())["benchmarks"]
+
+
 # --- (c) unchanged, (d) regressed ----------------------------------------------------------------
 
 

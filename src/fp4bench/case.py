@@ -75,6 +75,12 @@ def _options_key(options: dict[str, Any]) -> tuple:
     return tuple(out)
 
 
+def measurement_of(device_type: str, cold_l2: bool, timer: str) -> dict[str, str]:
+    """The effective L2 state (a CPU run is always cache-hot) and timer of a runner's settings:
+    what a saved run records and a baseline's must match."""
+    return {"l2": "cold" if cold_l2 and device_type == "cuda" else "hot", "timer": timer}
+
+
 class CaseRunner:
     """Holds the per-session caches (operands, references) and the measurement settings."""
 
@@ -92,6 +98,10 @@ class CaseRunner:
         # would dominate a tactic sweep's wall time
         self._prep_for: tuple[Backend, Operands] | None = None
         self._prep: Prepared | None = None
+
+    def measurement(self) -> dict[str, str]:
+        """How this runner takes its times (recorded in a saved run's ``sweep``)."""
+        return measurement_of(self.device.type, self.cold_l2, self.timing.mode)
 
     # -- caches -------------------------------------------------------------------------
     def _lru(self, cache: OrderedDict, key: tuple, make):

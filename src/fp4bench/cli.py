@@ -70,11 +70,22 @@ def _baseline(argv: Sequence[str]) -> int:
                         "baseline, or another L2 mode/timer (never a run of test-only backends)")
     m = sub.add_parser("migrate", help="rewrite a baseline file in the slim format (nothing is judged)")
     m.add_argument("file")
-    m.add_argument("--out", default=None, help="write here instead of rewriting FILE in place")
+    m.add_argument("--out", default=None, help="write here instead of rewriting FILE in place (never an "
+                   "approved.json: use 'baseline approve')")
+    m.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = ap.parse_args(argv)
     from fp4bench.gate.baseline import BaselineError
     from fp4bench.gate.store import approve, migrate
+    from fp4bench.outputs import OutputError, check_output, check_output_dir
 
+    try:  # output paths before anything is read (fp4bench.outputs)
+        if args.cmd == "migrate" and args.out is not None:
+            check_output(args.out, "--out", inputs=[args.file], force=args.force)
+        if args.cmd == "approve":
+            check_output_dir(args.baselines, "--baselines")
+    except OutputError as exc:
+        print(f"fp4bench baseline {args.cmd}: {exc}", file=sys.stderr)
+        return 2
     try:
         if args.cmd == "migrate":
             out = migrate(args.file, args.out)

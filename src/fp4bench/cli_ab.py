@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _print_safely
 from fp4bench.options import FLOOR_DRIFT_ALPHA, SWEEP, add_options, policy_kwargs
+from fp4bench.outputs import check_outputs, write_atomic
 
 PROG = "fp4bench ab"
 
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
                          "cupti: kernel busy time, every round profiled (slower)")
     add_options(ap.add_argument, FLOOR_DRIFT_ALPHA)
-    ap.add_argument("--json", default=None, help="write the verdicts as JSON here")
+    ap.add_argument("--json", default=None, help="write the verdicts as JSON here (checked before the run)")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     return ap
 
 
@@ -61,6 +62,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     from fp4bench.sweep import SweepOptions, sweep_options
 
     try:
+        check_outputs({"--json": args.json}, (args.a, args.b), args.force)  # OutputError: before any worker
         if args.rounds < 1 or args.round_samples < 3:
             raise ValueError(f"need --rounds >= 1 and --round-samples >= 3, got {args.rounds}, {args.round_samples}")
 
@@ -88,6 +90,6 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     _print_safely(report(run, result))
     if args.json:
-        Path(args.json).write_text(json.dumps(to_json(run, result), indent=2, default=str) + "\n")
+        write_atomic(args.json, json.dumps(to_json(run, result), indent=2, default=str) + "\n")
         print(f"verdicts written to {args.json}")
     return EXIT_REGRESSION if result.exit_code or run.not_reached else EXIT_OK

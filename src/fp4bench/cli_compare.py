@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
 from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy, compare
 from fp4bench.linelog import is_line_log, read_line_log, unreached_report, without_unreached
 from fp4bench.options import GATE, add_options, policy_kwargs
+from fp4bench.outputs import OutputError, check_outputs, write_atomic
 from fp4bench.report import verdict_table
+from fp4bench.reporting.machine import step_summary_path
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 PROG = "fp4bench compare"
@@ -53,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--markdown", metavar="PATH", default=None,
                     help="also write a markdown verdict, FAIL/MISSING first ('-': print it instead of the table); "
                          "with $GITHUB_STEP_SUMMARY set it is appended there in any case")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing --json / --markdown file "
+                    "(never one of the files compared)")
     return ap
 
 
@@ -67,6 +70,12 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         policy = Policy(**policy_kwargs(lambda name: getattr(args, name.replace("-", "_"))),
                         noise_k=args.noise_k, min_samples=args.min_samples, dispatch=args.dispatch)
     except ValueError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:  # every output path before anything is read or judged (fp4bench.outputs)
+        outs = check_outputs({"--json": args.json, "--markdown": args.markdown}, (args.base, args.new), args.force)
+        step_summary_path(inputs=[args.base, args.new, *outs])
+    except OutputError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -107,9 +116,9 @@ def emit_outputs(result, base: str, json_path: str | None, md_path: str | None) 
     md = verdict_markdown(result, baseline=base)
     if json_path is not None:
         text = json.dumps(verdict_json(result, baseline=base), indent=1)
-        _print_safely(text) if json_path == "-" else Path(json_path).write_text(text + "\n")
+        _print_safely(text) if json_path == "-" else write_atomic(json_path, text + "\n")
     if md_path is not None:
-        _print_safely(md) if md_path == "-" else Path(md_path).write_text(md)
+        _print_safely(md) if md_path == "-" else write_atomic(md_path, md)
     if "-" not in (json_path, md_path):
         _print_safely(verdict_table(result))
     write_step_summary(md)

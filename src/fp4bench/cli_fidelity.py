@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget", type=positive_seconds, default=1.0, help="seconds per timed / interleaved window")
     ap.add_argument("--tolerance", type=percent, default=2.0, help="allowed |graph/eager - 1|, in %% (default 2)")
     ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--json", type=Path, default=None, help="write the rows to this file")
+    ap.add_argument("--json", type=Path, default=None, help="write the rows to this file (checked before the run)")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     return ap
 
 
@@ -40,6 +41,13 @@ def fidelity_main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
+    from fp4bench.outputs import OutputError, check_outputs, write_atomic
+
+    try:
+        check_outputs({"--json": args.json}, (), args.force)
+    except OutputError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     import torch
 
     from fp4bench.measure.fidelity import HEADER, format_row, run
@@ -57,7 +65,7 @@ def fidelity_main(argv: Sequence[str] | None = None) -> int:
     _print_safely(f"{torch.cuda.get_device_name(dev)}, N={args.n} K={args.k}, tolerance ±{args.tolerance:g}%\n{HEADER}")
     rows = run(args.ms, args.n, args.k, args.budget, dev, on_row=lambda r: _print_safely(format_row(r, tol)))
     if args.json is not None:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+        write_atomic(args.json, json.dumps({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
                                          "tolerance": tol, "rows": [r.to_dict() for r in rows]}, indent=1))
     bad = [r for r in rows if not r.ok(tol)]
     _print_safely(f"{len(rows) - len(bad)} of {len(rows)} within ±{args.tolerance:g}% with the same kernels")

@@ -14,7 +14,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "roofline, tactic heatmaps, power/clock, Δ vs a baseline) for fp4bench result "
                                  "files (pytest-benchmark JSON with the fp4bench section).")
     ap.add_argument("results", nargs="+", help="result files of one GPU model (later files win on a clash)")
-    ap.add_argument("--out", required=True, help="output folder (created)")
+    ap.add_argument("--out", required=True, help="output folder (created; its parent must exist)")
+    ap.add_argument("--force", action="store_true", help="overwrite a report.md already in --out")
     ap.add_argument("--baseline", default=None, help="baseline file: adds the verdict and the Δ%% plot")
     ap.add_argument("--title", default=None)
     return ap
@@ -34,6 +35,15 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     from fp4bench.gate.verdict import compare
     from fp4bench.reporting.document import build_report
 
+    from fp4bench.outputs import OutputError, check_output, check_output_dir
+
+    try:  # before anything is read (fp4bench.outputs): the folder, and its report.md
+        out = check_output_dir(args.out, "--out")
+        if out.is_dir():
+            check_output(out / "report.md", "--out", inputs=[*args.results, args.baseline], force=args.force)
+    except OutputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     try:
         runs = [load_baseline(p) for p in args.results]
         result = None

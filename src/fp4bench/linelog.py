@@ -2,7 +2,9 @@
 
 A JSON-lines file: a ``header`` line (fingerprint, sweep, the planned benchmark names), one
 ``case`` line per finished benchmark (samples, extra_info, availability entries), and an
-``end`` line when the run finished normally. Each line is written whole, flushed and fsync'd,
+``end`` line when the run finished normally. A file holds one run: it is created fresh (an
+existing file is refused, or truncated when asked), and a file with two headers is refused
+when read, never merged into one run. Each line is written whole, flushed and fsync'd,
 so a run killed with SIGKILL leaves every finished case readable; only a last line cut mid-write
 can be lost, and the reader drops it with a note.
 
@@ -26,12 +28,13 @@ SUFFIX = ".lines.jsonl"
 
 
 class LineLog:
-    """Appends lines to ``path``; each ``write`` is durable before it returns."""
+    """Writes one run's lines to ``path``; each ``write`` is durable before it returns.
+    ``overwrite``: truncate an existing file (else one is refused: ``FileExistsError``)."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a", encoding="utf-8")
+        self._f = open(self.path, "w" if overwrite else "x", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
@@ -39,8 +42,11 @@ class LineLog:
         os.fsync(self._f.fileno())
 
     def header(self, fingerprint: Fingerprint, sweep: dict | None, planned: list[str], **extra: Any) -> None:
+        from datetime import datetime, timezone
+
         self.write({"type": "header", "kind": KIND, "fingerprint": fingerprint.to_dict(), "sweep": sweep or {},
-                    "planned": list(planned), **extra})
+                    "planned": list(planned), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    **extra})
 
     def case(self, fullname: str, outcome: str, samples: list[float] | None = None,
              extra_info: dict | None = None, availability: dict[str, str] | None = None, reason: str = "") -> None:
@@ -109,6 +115,7 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
     if not records or records[0].get("type") != "header" or records[0].get("kind") != KIND:
         raise BaselineError(f"{p}: not an fp4bench line log (no header line)")
     head = records[0]
+    _one_run(p, records)
     benches, avail, outcomes = [], {}, {}
     complete = False
     for r in records[1:]:
@@ -132,6 +139,23 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
     else:
         run = Baseline(fp, {}, avail, dict(head.get("sweep") or {}), None, {}, str(p))
     return LoggedRun(run, list(head.get("planned") or []), outcomes, complete, notes)
+
+
+def _one_run(path: Path, records: list) -> None:
+    """Refuse a file holding more than one run (two header lines: e.g. appended to by a run that
+    reused the path): its cases cannot be told apart, and taking either run would silently drop
+    the other's measurements, or judge one GPU's cases under another's fingerprint."""
+    heads = [(i, r) for i, r in enumerate(records) if isinstance(r, dict) and r.get("type") == "header"]
+    if len(heads) < 2:
+        return
+
+    def who(r: dict) -> str:
+        fp = r.get("fingerprint") if isinstance(r.get("fingerprint"), dict) else {}
+        return f"{fp.get('gpu_name', '?')} started {r.get('started', '?')}"
+
+    runs = "; ".join(f"run {n + 1}: {who(r)}" for n, (_, r) in enumerate(heads))
+    raise BaselineError(f"line log {path} holds {len(heads)} runs ({runs}); a line log holds one run: "
+                        "keep each run in its own file")
 
 
 def without_unreached(baseline: Baseline, logged: LoggedRun) -> Baseline:

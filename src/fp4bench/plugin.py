@@ -42,14 +42,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="with --fp4-isolate: seconds a case may take (JIT build included) before it is a hang")
     g.addoption("--fp4-python", default=None, help="with --fp4-isolate: the worker's interpreter or venv")
     g.addoption("--fp4-log", default=None,
-                help="append every finished case to this JSON-lines file as it finishes (default with "
-                     "--fp4-save-baseline: next to the JSON, *.lines.jsonl)")
+                help="write every finished case to this JSON-lines file as it finishes (default with "
+                     "--fp4-save-baseline: next to the JSON, *.lines.jsonl); an existing file is refused "
+                     "unless --fp4-force")
     g.addoption("--fp4-same-unit", action="store_true",
                 help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
     g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON")
     g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case")
-    from fp4bench import plugin_ab, plugin_compat, plugin_console
+    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_outputs
 
+    plugin_outputs.addoption(g)
     plugin_console.addoption(g)
     plugin_compat.addoption(g)
     plugin_ab.addoption(g)
@@ -83,6 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
             st.activate_baseline(explicit)
         if save:
             st.route_json(save)
+        if not hasattr(config, "workerinput"):  # every output path, before any case runs
+            from fp4bench.plugin_outputs import check_outputs
+            from fp4bench.plugin_runlog import log_path
+
+            check_outputs(config, st, log_path(config))
     except (ValueError, RuntimeError) as exc:  # a bad --fp4-* value met while setting up
         raise pytest.UsageError(f"fp4bench: {exc}") from None
 
@@ -202,6 +209,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     if not st.ready:
         return
     output_json["fp4bench"] = st.json_section()
+    for bench in output_json.get("benchmarks", []):  # JSON data, not pytest-benchmark's "UNSERIALIZABLE[...]"
+        if isinstance(bench.get("params"), dict) and hasattr(bench["params"].get("fp4_case"), "id"):
+            bench["params"] = {**bench["params"], "fp4_case": bench["params"]["fp4_case"].id}
     if st.copy_to is not None:
         from fp4bench.gate.baseline import write_baseline
 

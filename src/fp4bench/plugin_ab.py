@@ -172,7 +172,9 @@ class AbPlugin:
         self.text, self.failed = report(run, result), bool(result.exit_code)
         path = opt("fp4_verdict_json")
         if path:
-            Path(path).write_text(json.dumps(to_json(run, result), indent=2, default=str) + "\n")
+            from fp4bench.outputs import write_atomic  # the path was checked before the run
+
+            write_atomic(path, json.dumps(to_json(run, result), indent=2, default=str) + "\n")
         from fp4bench.reporting.machine import verdict_markdown, write_step_summary
 
         write_step_summary(verdict_markdown(result, baseline=f"side A: {item.against}"))

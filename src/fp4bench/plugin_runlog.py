@@ -3,7 +3,8 @@
 ``--fp4-isolate``: cases run in a worker process (``fp4bench.worker``); ``Fp4Session.runner``
 becomes an ``IsolatedRunner`` with the same interface; its worker is closed here at the end.
 ``--fp4-log PATH`` (default next to a ``--fp4-save-baseline`` JSON): each finished case is
-appended to a line log the moment its report is made (``fp4bench.linelog``).
+written to a line log the moment its report is made (``fp4bench.linelog``); the log holds this
+run only (an existing file is refused before the run, or truncated with ``--fp4-force``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _LOG = pytest.StashKey[LineLog]()
 _PLANNED = pytest.StashKey[list]()
 
 
-def _log_path(config: pytest.Config) -> Path | None:
+def log_path(config: pytest.Config) -> Path | None:
     explicit = config.getoption("fp4_log", default=None)
     if explicit:
         return Path(explicit)
@@ -43,11 +44,11 @@ def _log(config: pytest.Config) -> LineLog | None:
     log = config.stash.get(_LOG, None)
     if log is not None:
         return log
-    path = _log_path(config)
+    path = log_path(config)
     st = session_of(config)
     if path is None or not st.ready:
         return None
-    log = LineLog(path)
+    log = LineLog(path, overwrite=bool(config.getoption("fp4_force")))
     log.header(st.fingerprint, st.sweep.to_dict() if st.sweep else None, config.stash.get(_PLANNED, []),
                isolated=bool(config.getoption("fp4_isolate")))
     config.stash[_LOG] = log

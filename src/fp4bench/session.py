@@ -84,8 +84,7 @@ class Fp4Session:
     def measurement(self) -> dict[str, Any]:
         """How this run takes its times, recorded in the saved ``sweep`` and checked against the
         baseline's: effective L2 state (a CPU run is always cache-hot) and timer."""
-        cold = self.runner.cold_l2 and self.device.type == "cuda"
-        return {"l2": "cold" if cold else "hot", "timer": self.runner.timing.mode}
+        return self.runner.measurement()
 
     def test_only(self) -> dict[str, str]:
         """The test-only backends this run's sweep selects (``{}`` for a real run)."""

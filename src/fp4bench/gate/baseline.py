@@ -30,7 +30,6 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,16 +405,10 @@ def write_baseline(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    from fp4bench.outputs import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a baseline is a shared, committed file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 def slim_text(baseline: Baseline) -> str:

@@ -13,7 +13,7 @@ replace or were timed another way (L2 mode, timer) unless forced, and a run that
 test-only backends (``fp4bench.testing``) always. ``<gpu_slug>`` is derived from the GPU name and
 must be a plain ``a-z0-9-`` name, so nothing is ever written outside the baselines root.
 Candidate names are reserved atomically (``O_EXCL``): two runs started in the same second get two
-files, written through a hidden ``.partial`` file moved into place.
+files, written through a visible ``<name>.partial-<pid>`` file moved into place.
 """
 
 from __future__ import annotations
@@ -117,7 +117,9 @@ def reserve_path(path: str | os.PathLike[str]) -> Path:
 
 def partial_path(path: Path) -> Path:
     """Where a result is written before it is moved onto ``path`` in one ``os.replace``."""
-    return path.with_name(f".{path.name}.partial")
+    from fp4bench.outputs import temp_path
+
+    return temp_path(path)
 
 
 def publish(path: Path) -> bool:

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from fp4bench.gate.baseline import Baseline
 from fp4bench.gate.verdict import CompareResult
+from fp4bench.outputs import write_atomic
 from fp4bench.report import format_seconds
 from fp4bench.reporting import plots
 from fp4bench.reporting.data import RunData, best_per_problem, run_data, split_tactic
@@ -60,7 +61,7 @@ def build_report(runs: Sequence[Baseline], out: str | Path, result: CompareResul
     lines += _throughput_section(data, out, rep)
     lines += _tactic_section(data, out, rep)
     lines += _telemetry_section(data, out, rep)
-    rep.markdown.write_text("\n".join(lines) + "\n")
+    write_atomic(rep.markdown, "\n".join(lines) + "\n")
     return rep
 
 

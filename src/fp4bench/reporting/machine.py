@@ -90,6 +90,15 @@ def verdict_markdown(result: CompareResult, baseline: str | None = None, limit: 
     return "\n".join(lines) + "\n"
 
 
+def step_summary_path(env: Mapping[str, str] | None = None, inputs: Sequence[Any] = ()) -> Path | None:
+    """``$GITHUB_STEP_SUMMARY`` checked as an output (``fp4bench.outputs``; appended to by design),
+    or None when unset. Called before the run, so an unwritable one is refused at the start."""
+    from fp4bench.outputs import check_output
+
+    target = (env if env is not None else os.environ).get("GITHUB_STEP_SUMMARY")
+    return check_output(target, "$GITHUB_STEP_SUMMARY", inputs=inputs, append=True) if target else None
+
+
 def write_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> Path | None:
     """Append to ``$GITHUB_STEP_SUMMARY`` when set (GitHub Actions renders it on the run page)."""
     target = (env if env is not None else os.environ).get("GITHUB_STEP_SUMMARY")

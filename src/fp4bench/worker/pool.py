@@ -4,7 +4,7 @@
 died (signal or exit code: ``os.abort()`` is SIGABRT, a segfault SIGSEGV), it hung past the
 per-request timeout (then it is killed), or it reported a poisoned CUDA context (then it exits
 by itself). The next request starts a fresh process. ``IsolatedRunner`` has ``CaseRunner``'s
-``run``/``drop_prepared`` interface, so the pytest plugin uses either without knowing which.
+``run``/``drop_prepared``/``measurement`` interface, so the pytest plugin uses either without knowing which.
 """
 
 from __future__ import annotations
@@ -158,6 +158,14 @@ class IsolatedRunner:
 
     def __init__(self, spec: WorkerSpec):
         self.worker = Worker(spec)
+
+    def measurement(self) -> dict[str, str]:
+        """What the worker's ``CaseRunner`` reports, from the settings it is started with."""
+        from fp4bench.case import measurement_of
+
+        init = self.worker.spec.init
+        return measurement_of(str(init.get("device", "cpu")).split(":")[0], bool(init.get("cold_l2", True)),
+                              str((init.get("timing") or {}).get("mode", "graph")))
 
     def run(self, backend, problem, tactic, *, measure: bool = True):
         from fp4bench.case import FAILED, CaseResult
