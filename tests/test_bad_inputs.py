@@ -10,6 +10,7 @@ traceback: a user error is one line.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -68,7 +69,23 @@ class FlatOutput(TorchBF16):
         return super().run(prepared, tactic).reshape(-1)
 
 
-BACKENDS = [RaisingAvailability(), Float64Output(), FlatOutput()]
+class RaisingPrepare(TorchBF16):
+    name = "raising-prepare"
+    kinds = frozenset({"dense"})
+
+    def prepare(self, problem, operands, device) -> Prepared:
+        raise RuntimeError("out of workspace\nsecond line of the message")
+
+
+class RaisingRun(TorchBF16):
+    name = "raising-run"
+    kinds = frozenset({"dense"})
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        raise ValueError("bad launch")
+
+
+BACKENDS = [RaisingAvailability(), Float64Output(), FlatOutput(), RaisingPrepare(), RaisingRun()]
 
 
 @pytest.fixture(autouse=True)
@@ -359,9 +376,17 @@ def _saved(bench) -> dict:
     return json.loads(json.dumps(_SAVED["base"]))
 
 
+#: what a traceback looks like in pytest's output: Python's own, pytest's internal error, a
+#: collection error, and a failure's long report (frame separators, ``E`` lines, source lines
+#: with ``raise``, ``file.py:12: in f`` / ``file.py:12: ValueError`` frame footers)
+TRACEBACK_MARKS = re.compile(r"Traceback|INTERNALERROR|ERROR collecting|_ _ _ _|^E   |^\s*raise |"
+                             r"\.py:\d+: (in |\w*(Error|Exception|Exit)\b)", re.MULTILINE)
+
+
 def _no_traceback(res) -> None:
-    assert "Traceback" not in res.stdout.str() + res.stderr.str()
-    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+    text = res.stdout.str() + res.stderr.str()
+    found = TRACEBACK_MARKS.search(text)
+    assert found is None, f"traceback marker {found.group(0)!r} in:\n{text}"
 
 
 def _base_few_samples(d: dict) -> dict:
@@ -431,6 +456,62 @@ def test_pytest_rows(bench, args, edit, code, message):
     assert message in (res.stderr.str() if code == 4 else res.stdout.str())
     assert (bench.path / "test_fp4_gemm.py.json").read_text() == "{}"
     assert not (bench.path / "baselines" / "cpu" / APPROVED).exists()
+
+
+_BF16_SUBCLASS = "from fp4bench.backends.torch_bf16 import TorchBF16\n\nclass Odd(TorchBF16):\n"
+
+# (id, source of the plugin module ``odd_plugin`` (None: none written), args, exit, message)
+SETUP_ROWS: list[tuple[str, str | None, list[str], int, str]] = [
+    ("CUDA device absent", None, ["--fp4-device", "cuda:99"], 4, "fp4bench: --fp4-device: 'cuda:99': "),
+    ("bad FP4BENCH_SLOWDOWN", None, ["--fp4-plugin", "fp4bench.testing.slowdown"], 4,
+     "fp4bench: --fp4-plugin fp4bench.testing.slowdown: FP4BENCH_SLOWDOWN: 'torch-bf16=x' is not BACKEND=FRACTION"),
+    ("plugin raises RuntimeError", "raise RuntimeError('no licence')", [], 4,
+     "fp4bench: --fp4-plugin: importing backend module 'odd_plugin' raised RuntimeError: no licence"),
+    ("plugin raises ValueError", "raise ValueError('bad config')", [], 4,
+     "fp4bench: --fp4-plugin: importing backend module 'odd_plugin' raised ValueError: bad config"),
+    ("plugin has a SyntaxError", "def f(:\n", [], 4,
+     "importing backend module 'odd_plugin' raised SyntaxError: invalid syntax (odd_plugin.py, line 1)"),
+    ("plugin calls sys.exit", "import sys\nsys.exit(3)", [], 4,
+     "importing backend module 'odd_plugin' raised SystemExit: 3"),
+    ("BACKENDS is a number", "BACKENDS = 5", [], 4,
+     "fp4bench: --fp4-plugin odd_plugin: odd_plugin.BACKENDS must be a list of backends, got int 5"),
+    ("BACKENDS holds a string", "BACKENDS = ['torch-bf16']", [], 4,
+     "odd_plugin.BACKENDS[0]: 'torch-bf16' is not a fp4bench Backend"),
+    ("backend with kinds=None", _BF16_SUBCLASS + "    name = 'odd'\n    kinds = None\nBACKENDS = [Odd()]", [], 4,
+     "odd_plugin.BACKENDS[0]: odd_plugin.Odd (backend 'odd'): kinds must be a non-empty set of dense, grouped, moe, "
+     "got None"),
+    ("tactics() returns None", _BF16_SUBCLASS + "    name = 'odd'\n    def tactics(self, p, d):\n        return None\n"
+     "BACKENDS = [Odd()]", ["--fp4-backends", "odd"], 4,
+     "fp4bench: odd_plugin.Odd (backend 'odd'): tactics() returned None, not a list of Tactic"),
+    ("empty backend name", _BF16_SUBCLASS + "    name = ''\nBACKENDS = [Odd()]", [], 4,
+     "odd_plugin.BACKENDS[0]: odd_plugin.Odd: name must be a non-empty string without '|', got ''"),
+    ("backend name with |", _BF16_SUBCLASS + "    name = 'a|b'\nBACKENDS = [Odd()]", [], 4,
+     "odd_plugin.Odd: name must be a non-empty string without '|', got 'a|b'"),
+    ("prepare() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-prepare"], 1,
+     "raising-prepare [default] on glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144: prepare() raised "
+     "RuntimeError: out of workspace\n"),
+    ("run() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-run,torch-bf16"], 1,
+     "raising-run [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: run() raised ValueError: bad launch\n"),
+]
+
+
+@pytest.mark.parametrize(("source", "args", "code", "message"), [r[1:] for r in SETUP_ROWS],
+                         ids=[r[0] for r in SETUP_ROWS])
+def test_setup_rows(bench, monkeypatch, source, args, code, message):
+    """A usage error met while the session sets up is one line (exit 4), before any collection;
+    a backend that raises fails its own cases in one line, and the sweep goes on."""
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "torch-bf16=x")
+    if source is not None:
+        bench.makepyfile(odd_plugin=source)
+        bench.syspathinsert()
+        args = ["--fp4-plugin", "odd_plugin", *args]
+    res = bench.runpytest(*TINY, *args)
+    _no_traceback(res)
+    assert res.ret == code, res.stdout.str() + res.stderr.str()
+    assert message in (res.stderr.str() if code == 4 else res.stdout.str())
+    if code == 1:  # the raising backend's two cases failed; every other case still ran
+        outcomes = res.parseoutcomes()
+        assert outcomes["failed"] == 2 and outcomes.get("passed", 0) == (2 if "torch-bf16" in args[-1] else 0)
 
 
 def test_save_baseline_does_not_swallow_the_test_path(bench):

@@ -145,6 +145,9 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
                 specs.append(CaseSpec(b.name, prob, skip_reason=(
                     f"{b.name}: could not list its tactics for this problem ({type(exc).__name__}: {exc})")))
                 continue
+            if not isinstance(tactics, (list, tuple)) or not all(isinstance(t, Tactic) for t in tactics):
+                raise ValueError(f"{type(b).__module__}.{type(b).__qualname__} (backend {b.name!r}): tactics() "
+                                 f"returned {tactics!r:.80}, not a list of Tactic")
             if not (opts.full or opts.tactics == "all"):
                 tactics = quick_tactics(tactics)
             specs += [CaseSpec(b.name, prob, t, note=note) for t in tactics]
