@@ -170,10 +170,28 @@ COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, 
      [], 2, "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("timer differs", lambda: _file(_runs(), sweep={"timer": "cpu"}), lambda: _file(_runs(), sweep={"timer": "graph"}),
      [], 2, "the baseline was timed with timer='graph' but this run with timer='cpu'"),
+    ("integer sample beyond the float range", lambda: _with_data(_file(_runs()), [10 ** 400] * 30), None, [], 2,
+     "new.json: benchmark 'b::t[0]' has 30 invalid sample(s) (times must be finite numbers of seconds > 0), "
+     "e.g. [100000000000000000000"),
+    ("integer noise_floor beyond the float range", None, lambda: _file(_runs(extra={"noise_floor": 10 ** 400})), [],
+     2, "base.json: benchmark 'b::t[0]' extra_info['noise_floor'] must be a relative number >= 0"),
+    ("line log with an array line", lambda: _line_log(["[1, 2]"]), None, [], 2,
+     "new.json: line 2 is a JSON list, not an object (a header, case or end record)"),
+    ("line log whose planned is a number", lambda: _line_log([], planned=5), None, [], 2,
+     "new.json: line 1 (the header): 'planned' must be a list of benchmark names, got 5"),
+    ("line log case with samples an object", lambda: _line_log(['{"type": "case", "fullname": "b::t[0]", '
+                                                                 '"samples": {"a": 1}}']), None, [], 2,
+     "new.json: line 2: 'availability' must be an object and 'samples' a list"),
     ("baseline ran a test-only backend", None, lambda: _file(_runs(), sweep={"test_only": SLOWED}), [], 2,
      "the baseline ran test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
      "it is not a reference"),
 ]
+
+
+def _line_log(lines: list[str], planned: Any = NAMES) -> str:
+    head = {"type": "header", "kind": "fp4bench-line-log", "fingerprint": H200.to_dict(), "sweep": {},
+            "planned": planned}
+    return "\n".join([json.dumps(head), *lines, '{"type": "end"}']) + "\n"
 
 
 @pytest.mark.parametrize(("new", "base", "args", "code", "message"), [r[1:] for r in COMPARE_ROWS],
@@ -249,6 +267,8 @@ APPROVE_ROWS: list[tuple[str, Callable[[], dict], list[str], int, str]] = [
      "its run measured test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
      "a test of the gate can never be approved, not even with force"),
     ("poisoned context", lambda: _file(_runs(), clean=False), [], 2, "its run was not clean"),
+    ("integer sample beyond the float range", lambda: _with_data(_file(_runs()), [10 ** 400] * 30), [], 2,
+     "cand.json: benchmark 'b::t[0]' has 30 invalid sample(s)"),
 ]
 
 
@@ -298,9 +318,54 @@ def test_approve_into_an_unwritable_folder(tmp_path, capsys, monkeypatch, how):
     assert rc == 2 and message in err
 
 
-def test_env_with_a_bad_device(capsys):
-    rc, _, err = _cli(capsys, ["env", "--device", "foo"])
-    assert rc == 2 and "fp4bench env: --device: 'foo' is not a torch device" in err
+@pytest.mark.parametrize(("device", "message"), [
+    ("foo", "fp4bench env: --device: 'foo' is not a torch device"),
+    ("meta", "fp4bench env: --device: 'meta': fp4bench runs on cpu or cuda devices, not meta"),
+])
+def test_env_with_a_bad_device(capsys, device, message):
+    rc, _, err = _cli(capsys, ["env", "--device", device])
+    assert rc == 2 and message in err
+
+
+def test_compare_refuses_a_fifo_without_reading_it(tmp_path, capsys):
+    """A FIFO (or any non-regular file) is refused up front: opening it would block until a
+    writer came."""
+    import os
+    import threading
+
+    b = _put(tmp_path, "base.json", GOOD)
+    fifo = tmp_path / "new.json"
+    os.mkfifo(fifo)
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(cli_main(["compare", b, str(fifo)])), daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():  # blocked in open(): a writer's open and close lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("compare blocked reading a FIFO")
+    _, err = capsys.readouterr()
+    assert got == [2] and f"baseline file {fifo} is not a file" in err
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), [
+    (["shapes", "--batch", "100000000000"], 2,
+     "fp4bench shapes: batch: batch sizes must be in 1..65536, got 100000000000 in '100000000000'"),
+])
+def test_batch_beyond_the_range_is_refused_before_any_allocation(capsys, argv, code, message):
+    rc, _, err = _cli(capsys, argv)
+    assert rc == code and message in err
+
+
+def test_shapes_on_an_ascii_only_stdout(monkeypatch):
+    import io
+    import sys
+
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
+    rc = cli_main(["shapes", "--batch", "1"])
+    sys.stdout.flush()
+    assert rc == 0 and b"tok/expert = batch?top_k/E" in raw.getvalue()
 
 
 # --- storage API --------------------------------------------------------------------------------
@@ -416,6 +481,8 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("baseline 200k deep", ["--fp4-baseline", "base.json"], lambda d: "[" * 200_000 + "]" * 200_000, 4,
      "fp4bench baseline: baseline file base.json nests JSON too deeply to be a baseline"),
     ("baseline is a folder", ["--fp4-baseline", "."], None, 4, "fp4bench baseline: baseline file . is not a file"),
+    ("baseline sample beyond the float range", ["--fp4-baseline", "base.json"],
+     lambda d: _with_data(d, [10 ** 400] * 8), 4, "fp4bench baseline: base.json: benchmark 'test_fp4_gemm.py::"),
     ("save onto approved.json", ["--fp4-save-baseline", "baselines/cpu/approved.json"], None, 4,
      "a run is never saved as approved.json; save a candidate and use 'fp4bench baseline approve'"),
     ("save onto an existing file", ["--fp4-save-baseline", "test_fp4_gemm.py.json"], None, 4,

@@ -61,6 +61,20 @@ def parse_ints(text: str, what: str = "batch") -> tuple[int, ...]:
     return tuple(out)
 
 
+#: the largest decode batch a sweep or ``fp4bench shapes``/``workload`` takes: its routing draws a
+#: batch x experts score matrix (64 MiB at 65536 x 256 experts)
+MAX_BATCH = 65536
+
+
+def parse_batches(text: str, what: str = "batch") -> tuple[int, ...]:
+    """Decode batch sizes: ``parse_ints``, each in 1..``MAX_BATCH``."""
+    out = parse_ints(text, what)
+    big = [b for b in out if b > MAX_BATCH]
+    if big:
+        raise ValueError(f"{what}: batch sizes must be in 1..{MAX_BATCH}, got {big[0]} in {text!r}")
+    return out
+
+
 def parse_tps(text: str, models: Iterable[MoEModel] = (), what: str = "tp") -> tuple[int, ...]:
     """TP sizes, each checked to divide every given model's intermediate sizes."""
     tps = parse_ints(text, what)

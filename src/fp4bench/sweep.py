@@ -59,7 +59,7 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
     measures what the baseline measured, so nothing is MISSING by accident); then the defaults.
     ``ValueError`` names the bad value and its option (``flag`` + name). Backend names are not
     checked here (a worker may register backends its parent does not know)."""
-    from fp4bench.options import parse_ints, parse_kinds, parse_models, parse_routings, parse_tps, split_list
+    from fp4bench.options import parse_batches, parse_kinds, parse_models, parse_routings, parse_tps, split_list
 
     def pick(option: str, key: str, default):
         v = given(option)
@@ -76,7 +76,7 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
     routings = pick("routing", "routings", "uniform")
     parse_routings(routings, f"{flag}routing")  # a bad spec is a usage error now, not a collection traceback
     return SweepOptions(models=tuple(m.name for m in models),
-                        batches=parse_ints(pick("batches", "batches", "1,64,512" if on_gpu else "1,16"),
+                        batches=parse_batches(pick("batches", "batches", "1,64,512" if on_gpu else "1,16"),
                                            f"{flag}batches"),
                         tps=parse_tps(str(pick("tp", "tps", "1")), models, f"{flag}tp"),
                         routings=tuple(split_list(routings, f"{flag}routing")),
