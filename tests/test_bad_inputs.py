@@ -357,6 +357,22 @@ def test_batch_beyond_the_range_is_refused_before_any_allocation(capsys, argv, c
     assert rc == code and message in err
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--case-timeout", "nan"], "argument --case-timeout: must be a finite number of seconds > 0, got nan"),
+    (["--case-timeout", "0"], "argument --case-timeout: must be a finite number of seconds > 0, got 0"),
+    (["--seed", str(10 ** 30)], "argument --seed: seed must be in 0..2**63-1, got 10000000000"),
+], ids=["case-timeout nan", "case-timeout 0", "seed 10**30"])
+def test_ab_values_refused_before_any_worker_starts(capsys, monkeypatch, args, message):
+    import fp4bench.worker.pool as pool
+
+    def no_worker(*a, **kw):
+        raise AssertionError("a worker was started")
+
+    monkeypatch.setattr(pool.subprocess, "Popen", no_worker)
+    rc, _, err = _cli(capsys, ["ab", "--a", "python3", "--b", "python3", *args])
+    assert rc == 2 and message in err
+
+
 def test_shapes_on_an_ascii_only_stdout(monkeypatch):
     import io
     import sys
@@ -489,6 +505,17 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "test_fp4_gemm.py.json already exists; a run never overwrites a file"),
     ("save path without .json", ["--fp4-save-baseline", "results"], None, 4,
      "--fp4-save-baseline results: a result file name must end in .json"),
+    ("energy window negative", ["--fp4-energy-window=-1"], None, 4,
+     "argument --fp4-energy-window: must be a finite number of seconds >= 0, got -1"),
+    ("energy window nan", ["--fp4-energy-window", "nan"], None, 4,
+     "argument --fp4-energy-window: must be a finite number of seconds >= 0, got nan"),
+    ("case timeout nan", ["--fp4-isolate", "--fp4-case-timeout", "nan"], None, 4,
+     "argument --fp4-case-timeout: must be a finite number of seconds > 0, got nan"),
+    ("seed 10**30", ["--fp4-seed", str(10 ** 30)], None, 4, "argument --fp4-seed: seed must be in 0..2**63-1, got 1"),
+    ("--fp4-python without --fp4-isolate", ["--fp4-python", "python3"], None, 4,
+     "fp4bench: --fp4-python is the interpreter of --fp4-isolate's workers: it needs --fp4-isolate"),
+    ("--fp4-ab-env without --fp4-ab-against", ["--fp4-ab-env", "X=1"], None, 4,
+     "--fp4-ab-env sets the environment of the --fp4-ab-against side: it needs --fp4-ab-against"),
     ("baseline timed with cold L2", ["--fp4-baseline", "base.json"], _base_cold_l2, 4,
      "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("baseline with too few samples", ["--fp4-baseline", "base.json"], _base_few_samples, 1,
