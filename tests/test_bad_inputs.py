@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import tempfile
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -371,6 +372,47 @@ def test_ab_values_refused_before_any_worker_starts(capsys, monkeypatch, args, m
     monkeypatch.setattr(pool.subprocess, "Popen", no_worker)
     rc, _, err = _cli(capsys, ["ab", "--a", "python3", "--b", "python3", *args])
     assert rc == 2 and message in err
+
+
+def _no_torch_python() -> str:
+    """A Python interpreter without torch: the system one, with this venv's packages kept off."""
+    import shutil
+    import subprocess
+
+    for cand in ("/usr/bin/python3", shutil.which("python3") or ""):
+        if cand and subprocess.run([cand, "-c", "import torch"], capture_output=True).returncode != 0:
+            return cand
+    pytest.skip("every python3 here has torch")
+
+
+# (id, interpreter (a callable of tmp_path), init message, what the one-line error must say)
+WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, str]] = [
+    ("non-executable interpreter", lambda tmp: _put(tmp, "python", "not a program"), {},
+     "side A: cannot start {python}: Permission denied"),
+    ("interpreter without torch", lambda tmp: _no_torch_python(), {},
+     "side A process ({python}) died during start: exited with status 1: ModuleNotFoundError: No module named "
+     "'torch'"),
+    ("bad device", lambda tmp: sys.executable, {"device": "foo"},
+     "side A ({python}) could not start: RuntimeError: Expected one of cpu, cuda"),
+    ("plugin that does not import", lambda tmp: sys.executable, {"plugins": ["no_such_mod"]},
+     "side A ({python}) could not start: ValueError: --fp4-plugin: cannot import backend module 'no_such_mod'"),
+    ("not a Python interpreter", lambda tmp: "/bin/echo", {},
+     "side A: /bin/echo is not an fp4bench worker: it answered '-m fp4bench.worker' to start"),
+]
+
+
+@pytest.mark.parametrize(("python", "init", "message"), [r[1:] for r in WORKER_ROWS], ids=[r[0] for r in WORKER_ROWS])
+def test_worker_that_cannot_start_says_why_in_one_line(tmp_path, capfd, python, init, message):
+    from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+
+    exe = interpreter(python(tmp_path))
+    w = Worker(WorkerSpec(python=exe, init=init, start_timeout_s=120), label="side A")
+    with pytest.raises(WorkerLost) as ei:
+        w.start()
+    text = str(ei.value)
+    assert message.format(python=exe) in text and "\n" not in text and "Expecting value" not in text
+    _, err = capfd.readouterr()
+    assert "Traceback" not in err  # the child's traceback is not passed through
 
 
 def test_shapes_on_an_ascii_only_stdout(monkeypatch):
