@@ -10,6 +10,8 @@ traceback: a user error is one line.
 from __future__ import annotations
 
 import json
+import re
+import sys
 import tempfile
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -68,7 +70,23 @@ class FlatOutput(TorchBF16):
         return super().run(prepared, tactic).reshape(-1)
 
 
-BACKENDS = [RaisingAvailability(), Float64Output(), FlatOutput()]
+class RaisingPrepare(TorchBF16):
+    name = "raising-prepare"
+    kinds = frozenset({"dense"})
+
+    def prepare(self, problem, operands, device) -> Prepared:
+        raise RuntimeError("out of workspace\nsecond line of the message")
+
+
+class RaisingRun(TorchBF16):
+    name = "raising-run"
+    kinds = frozenset({"dense"})
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        raise ValueError("bad launch")
+
+
+BACKENDS = [RaisingAvailability(), Float64Output(), FlatOutput(), RaisingPrepare(), RaisingRun()]
 
 
 @pytest.fixture(autouse=True)
@@ -153,10 +171,28 @@ COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, 
      [], 2, "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("timer differs", lambda: _file(_runs(), sweep={"timer": "cpu"}), lambda: _file(_runs(), sweep={"timer": "graph"}),
      [], 2, "the baseline was timed with timer='graph' but this run with timer='cpu'"),
+    ("integer sample beyond the float range", lambda: _with_data(_file(_runs()), [10 ** 400] * 30), None, [], 2,
+     "new.json: benchmark 'b::t[0]' has 30 invalid sample(s) (times must be finite numbers of seconds > 0), "
+     "e.g. [100000000000000000000"),
+    ("integer noise_floor beyond the float range", None, lambda: _file(_runs(extra={"noise_floor": 10 ** 400})), [],
+     2, "base.json: benchmark 'b::t[0]' extra_info['noise_floor'] must be a relative number >= 0"),
+    ("line log with an array line", lambda: _line_log(["[1, 2]"]), None, [], 2,
+     "new.json: line 2 is a JSON list, not an object (a header, case or end record)"),
+    ("line log whose planned is a number", lambda: _line_log([], planned=5), None, [], 2,
+     "new.json: line 1 (the header): 'planned' must be a list of benchmark names, got 5"),
+    ("line log case with samples an object", lambda: _line_log(['{"type": "case", "fullname": "b::t[0]", '
+                                                                 '"samples": {"a": 1}}']), None, [], 2,
+     "new.json: line 2: 'availability' must be an object and 'samples' a list"),
     ("baseline ran a test-only backend", None, lambda: _file(_runs(), sweep={"test_only": SLOWED}), [], 2,
      "the baseline ran test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
      "it is not a reference"),
 ]
+
+
+def _line_log(lines: list[str], planned: Any = NAMES) -> str:
+    head = {"type": "header", "kind": "fp4bench-line-log", "fingerprint": H200.to_dict(), "sweep": {},
+            "planned": planned}
+    return "\n".join([json.dumps(head), *lines, '{"type": "end"}']) + "\n"
 
 
 @pytest.mark.parametrize(("new", "base", "args", "code", "message"), [r[1:] for r in COMPARE_ROWS],
@@ -232,6 +268,8 @@ APPROVE_ROWS: list[tuple[str, Callable[[], dict], list[str], int, str]] = [
      "its run measured test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
      "a test of the gate can never be approved, not even with force"),
     ("poisoned context", lambda: _file(_runs(), clean=False), [], 2, "its run was not clean"),
+    ("integer sample beyond the float range", lambda: _with_data(_file(_runs()), [10 ** 400] * 30), [], 2,
+     "cand.json: benchmark 'b::t[0]' has 30 invalid sample(s)"),
 ]
 
 
@@ -281,9 +319,111 @@ def test_approve_into_an_unwritable_folder(tmp_path, capsys, monkeypatch, how):
     assert rc == 2 and message in err
 
 
-def test_env_with_a_bad_device(capsys):
-    rc, _, err = _cli(capsys, ["env", "--device", "foo"])
-    assert rc == 2 and "fp4bench env: --device: 'foo' is not a torch device" in err
+@pytest.mark.parametrize(("device", "message"), [
+    ("foo", "fp4bench env: --device: 'foo' is not a torch device"),
+    ("meta", "fp4bench env: --device: 'meta': fp4bench runs on cpu or cuda devices, not meta"),
+])
+def test_env_with_a_bad_device(capsys, device, message):
+    rc, _, err = _cli(capsys, ["env", "--device", device])
+    assert rc == 2 and message in err
+
+
+def test_compare_refuses_a_fifo_without_reading_it(tmp_path, capsys):
+    """A FIFO (or any non-regular file) is refused up front: opening it would block until a
+    writer came."""
+    import os
+    import threading
+
+    b = _put(tmp_path, "base.json", GOOD)
+    fifo = tmp_path / "new.json"
+    os.mkfifo(fifo)
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(cli_main(["compare", b, str(fifo)])), daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():  # blocked in open(): a writer's open and close lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("compare blocked reading a FIFO")
+    _, err = capsys.readouterr()
+    assert got == [2] and f"baseline file {fifo} is not a file" in err
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), [
+    (["shapes", "--batch", "100000000000"], 2,
+     "fp4bench shapes: batch: batch sizes must be in 1..65536, got 100000000000 in '100000000000'"),
+])
+def test_batch_beyond_the_range_is_refused_before_any_allocation(capsys, argv, code, message):
+    rc, _, err = _cli(capsys, argv)
+    assert rc == code and message in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--case-timeout", "nan"], "argument --case-timeout: must be a finite number of seconds > 0, got nan"),
+    (["--case-timeout", "0"], "argument --case-timeout: must be a finite number of seconds > 0, got 0"),
+    (["--seed", str(10 ** 30)], "argument --seed: seed must be in 0..2**63-1, got 10000000000"),
+], ids=["case-timeout nan", "case-timeout 0", "seed 10**30"])
+def test_ab_values_refused_before_any_worker_starts(capsys, monkeypatch, args, message):
+    import fp4bench.worker.pool as pool
+
+    def no_worker(*a, **kw):
+        raise AssertionError("a worker was started")
+
+    monkeypatch.setattr(pool.subprocess, "Popen", no_worker)
+    rc, _, err = _cli(capsys, ["ab", "--a", "python3", "--b", "python3", *args])
+    assert rc == 2 and message in err
+
+
+def _no_torch_python() -> str:
+    """A Python interpreter without torch: the system one, with this venv's packages kept off."""
+    import shutil
+    import subprocess
+
+    for cand in ("/usr/bin/python3", shutil.which("python3") or ""):
+        if cand and subprocess.run([cand, "-c", "import torch"], capture_output=True).returncode != 0:
+            return cand
+    pytest.skip("every python3 here has torch")
+
+
+# (id, interpreter (a callable of tmp_path), init message, what the one-line error must say)
+WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, str]] = [
+    ("non-executable interpreter", lambda tmp: _put(tmp, "python", "not a program"), {},
+     "side A: cannot start {python}: Permission denied"),
+    ("interpreter without torch", lambda tmp: _no_torch_python(), {},
+     "side A process ({python}) died during start: exited with status 1: ModuleNotFoundError: No module named "
+     "'torch'"),
+    ("bad device", lambda tmp: sys.executable, {"device": "foo"},
+     "side A ({python}) could not start: RuntimeError: Expected one of cpu, cuda"),
+    ("plugin that does not import", lambda tmp: sys.executable, {"plugins": ["no_such_mod"]},
+     "side A ({python}) could not start: ValueError: --fp4-plugin: cannot import backend module 'no_such_mod'"),
+    ("not a Python interpreter", lambda tmp: "/bin/echo", {},
+     "side A: /bin/echo is not an fp4bench worker: it answered '-m fp4bench.worker' to start"),
+]
+
+
+@pytest.mark.parametrize(("python", "init", "message"), [r[1:] for r in WORKER_ROWS], ids=[r[0] for r in WORKER_ROWS])
+def test_worker_that_cannot_start_says_why_in_one_line(tmp_path, capfd, python, init, message):
+    from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+
+    exe = interpreter(python(tmp_path))
+    w = Worker(WorkerSpec(python=exe, init=init, start_timeout_s=120), label="side A")
+    with pytest.raises(WorkerLost) as ei:
+        w.start()
+    text = str(ei.value)
+    assert message.format(python=exe) in text and "\n" not in text and "Expecting value" not in text
+    _, err = capfd.readouterr()
+    assert "Traceback" not in err  # the child's traceback is not passed through
+
+
+def test_shapes_on_an_ascii_only_stdout(monkeypatch):
+    import io
+    import sys
+
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
+    rc = cli_main(["shapes", "--batch", "1"])
+    sys.stdout.flush()
+    assert rc == 0 and b"tok/expert = batch?top_k/E" in raw.getvalue()
 
 
 # --- storage API --------------------------------------------------------------------------------
@@ -359,9 +499,17 @@ def _saved(bench) -> dict:
     return json.loads(json.dumps(_SAVED["base"]))
 
 
+#: what a traceback looks like in pytest's output: Python's own, pytest's internal error, a
+#: collection error, and a failure's long report (frame separators, ``E`` lines, source lines
+#: with ``raise``, ``file.py:12: in f`` / ``file.py:12: ValueError`` frame footers)
+TRACEBACK_MARKS = re.compile(r"Traceback|INTERNALERROR|ERROR collecting|_ _ _ _|^E   |^\s*raise |"
+                             r"\.py:\d+: (in |\w*(Error|Exception|Exit)\b)", re.MULTILINE)
+
+
 def _no_traceback(res) -> None:
-    assert "Traceback" not in res.stdout.str() + res.stderr.str()
-    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+    text = res.stdout.str() + res.stderr.str()
+    found = TRACEBACK_MARKS.search(text)
+    assert found is None, f"traceback marker {found.group(0)!r} in:\n{text}"
 
 
 def _base_few_samples(d: dict) -> dict:
@@ -391,12 +539,25 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("baseline 200k deep", ["--fp4-baseline", "base.json"], lambda d: "[" * 200_000 + "]" * 200_000, 4,
      "fp4bench baseline: baseline file base.json nests JSON too deeply to be a baseline"),
     ("baseline is a folder", ["--fp4-baseline", "."], None, 4, "fp4bench baseline: baseline file . is not a file"),
+    ("baseline sample beyond the float range", ["--fp4-baseline", "base.json"],
+     lambda d: _with_data(d, [10 ** 400] * 8), 4, "fp4bench baseline: base.json: benchmark 'test_fp4_gemm.py::"),
     ("save onto approved.json", ["--fp4-save-baseline", "baselines/cpu/approved.json"], None, 4,
      "a run is never saved as approved.json; save a candidate and use 'fp4bench baseline approve'"),
     ("save onto an existing file", ["--fp4-save-baseline", "test_fp4_gemm.py.json"], None, 4,
      "test_fp4_gemm.py.json already exists; a run never overwrites a file"),
     ("save path without .json", ["--fp4-save-baseline", "results"], None, 4,
      "--fp4-save-baseline results: a result file name must end in .json"),
+    ("energy window negative", ["--fp4-energy-window=-1"], None, 4,
+     "argument --fp4-energy-window: must be a finite number of seconds >= 0, got -1"),
+    ("energy window nan", ["--fp4-energy-window", "nan"], None, 4,
+     "argument --fp4-energy-window: must be a finite number of seconds >= 0, got nan"),
+    ("case timeout nan", ["--fp4-isolate", "--fp4-case-timeout", "nan"], None, 4,
+     "argument --fp4-case-timeout: must be a finite number of seconds > 0, got nan"),
+    ("seed 10**30", ["--fp4-seed", str(10 ** 30)], None, 4, "argument --fp4-seed: seed must be in 0..2**63-1, got 1"),
+    ("--fp4-python without --fp4-isolate", ["--fp4-python", "python3"], None, 4,
+     "fp4bench: --fp4-python is the interpreter of --fp4-isolate's workers: it needs --fp4-isolate"),
+    ("--fp4-ab-env without --fp4-ab-against", ["--fp4-ab-env", "X=1"], None, 4,
+     "--fp4-ab-env sets the environment of the --fp4-ab-against side: it needs --fp4-ab-against"),
     ("baseline timed with cold L2", ["--fp4-baseline", "base.json"], _base_cold_l2, 4,
      "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("baseline with too few samples", ["--fp4-baseline", "base.json"], _base_few_samples, 1,
@@ -431,6 +592,62 @@ def test_pytest_rows(bench, args, edit, code, message):
     assert message in (res.stderr.str() if code == 4 else res.stdout.str())
     assert (bench.path / "test_fp4_gemm.py.json").read_text() == "{}"
     assert not (bench.path / "baselines" / "cpu" / APPROVED).exists()
+
+
+_BF16_SUBCLASS = "from fp4bench.backends.torch_bf16 import TorchBF16\n\nclass Odd(TorchBF16):\n"
+
+# (id, source of the plugin module ``odd_plugin`` (None: none written), args, exit, message)
+SETUP_ROWS: list[tuple[str, str | None, list[str], int, str]] = [
+    ("CUDA device absent", None, ["--fp4-device", "cuda:99"], 4, "fp4bench: --fp4-device: 'cuda:99': "),
+    ("bad FP4BENCH_SLOWDOWN", None, ["--fp4-plugin", "fp4bench.testing.slowdown"], 4,
+     "fp4bench: --fp4-plugin fp4bench.testing.slowdown: FP4BENCH_SLOWDOWN: 'torch-bf16=x' is not BACKEND=FRACTION"),
+    ("plugin raises RuntimeError", "raise RuntimeError('no licence')", [], 4,
+     "fp4bench: --fp4-plugin: importing backend module 'odd_plugin' raised RuntimeError: no licence"),
+    ("plugin raises ValueError", "raise ValueError('bad config')", [], 4,
+     "fp4bench: --fp4-plugin: importing backend module 'odd_plugin' raised ValueError: bad config"),
+    ("plugin has a SyntaxError", "def f(:\n", [], 4,
+     "importing backend module 'odd_plugin' raised SyntaxError: invalid syntax (odd_plugin.py, line 1)"),
+    ("plugin calls sys.exit", "import sys\nsys.exit(3)", [], 4,
+     "importing backend module 'odd_plugin' raised SystemExit: 3"),
+    ("BACKENDS is a number", "BACKENDS = 5", [], 4,
+     "fp4bench: --fp4-plugin odd_plugin: odd_plugin.BACKENDS must be a list of backends, got int 5"),
+    ("BACKENDS holds a string", "BACKENDS = ['torch-bf16']", [], 4,
+     "odd_plugin.BACKENDS[0]: 'torch-bf16' is not a fp4bench Backend"),
+    ("backend with kinds=None", _BF16_SUBCLASS + "    name = 'odd'\n    kinds = None\nBACKENDS = [Odd()]", [], 4,
+     "odd_plugin.BACKENDS[0]: odd_plugin.Odd (backend 'odd'): kinds must be a non-empty set of dense, grouped, moe, "
+     "got None"),
+    ("tactics() returns None", _BF16_SUBCLASS + "    name = 'odd'\n    def tactics(self, p, d):\n        return None\n"
+     "BACKENDS = [Odd()]", ["--fp4-backends", "odd"], 4,
+     "fp4bench: odd_plugin.Odd (backend 'odd'): tactics() returned None, not a list of Tactic"),
+    ("empty backend name", _BF16_SUBCLASS + "    name = ''\nBACKENDS = [Odd()]", [], 4,
+     "odd_plugin.BACKENDS[0]: odd_plugin.Odd: name must be a non-empty string without '|', got ''"),
+    ("backend name with |", _BF16_SUBCLASS + "    name = 'a|b'\nBACKENDS = [Odd()]", [], 4,
+     "odd_plugin.Odd: name must be a non-empty string without '|', got 'a|b'"),
+    ("prepare() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-prepare"], 1,
+     "raising-prepare [default] on glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144: prepare() raised "
+     "RuntimeError: out of workspace\n"),
+    ("run() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-run,torch-bf16"], 1,
+     "raising-run [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: run() raised ValueError: bad launch\n"),
+]
+
+
+@pytest.mark.parametrize(("source", "args", "code", "message"), [r[1:] for r in SETUP_ROWS],
+                         ids=[r[0] for r in SETUP_ROWS])
+def test_setup_rows(bench, monkeypatch, source, args, code, message):
+    """A usage error met while the session sets up is one line (exit 4), before any collection;
+    a backend that raises fails its own cases in one line, and the sweep goes on."""
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "torch-bf16=x")
+    if source is not None:
+        bench.makepyfile(odd_plugin=source)
+        bench.syspathinsert()
+        args = ["--fp4-plugin", "odd_plugin", *args]
+    res = bench.runpytest(*TINY, *args)
+    _no_traceback(res)
+    assert res.ret == code, res.stdout.str() + res.stderr.str()
+    assert message in (res.stderr.str() if code == 4 else res.stdout.str())
+    if code == 1:  # the raising backend's two cases failed; every other case still ran
+        outcomes = res.parseoutcomes()
+        assert outcomes["failed"] == 2 and outcomes.get("passed", 0) == (2 if "torch-bf16" in args[-1] else 0)
 
 
 def test_save_baseline_does_not_swallow_the_test_path(bench):

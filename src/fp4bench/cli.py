@@ -139,6 +139,9 @@ _MORE = {"shapes": ("fp4bench.cli_shapes", "shapes_main"), "report": ("fp4bench.
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a µ or → on an ASCII-only terminal prints as '?', never crashes
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _print_safely
-from fp4bench.options import FLOOR_DRIFT_ALPHA, SWEEP, add_options, policy_kwargs
+from fp4bench.options import FLOOR_DRIFT_ALPHA, SWEEP, add_options, policy_kwargs, positive_seconds
 from fp4bench.outputs import check_outputs, write_atomic
 
 PROG = "fp4bench ab"
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(ap.add_argument, SWEEP)
     ap.add_argument("--rounds", type=int, default=8, help="timing rounds per side and benchmark (default 8)")
     ap.add_argument("--round-samples", type=int, default=10, help="samples per round (default 10)")
-    ap.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a request is a hang")
+    ap.add_argument("--case-timeout", type=positive_seconds, default=900.0, help="seconds before a request is a hang")
     ap.add_argument("--timer", choices=("span", "cupti"), default="span",
                     help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
                          "cupti: kernel busy time, every round profiled (slower)")

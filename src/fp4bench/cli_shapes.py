@@ -25,12 +25,12 @@ def shapes_main(argv: Sequence[str] | None = None) -> int:
         return 0 if e.code in (0, None) else 2
     from fp4bench.measure.peaks import peak_for
     from fp4bench.problems import BYTES_PER_ELEMENT
-    from fp4bench.options import parse_ints
+    from fp4bench.options import parse_batches
     from fp4bench.workloads import decode_problems, get_model, mean_tokens_per_expert
 
     try:
         model = get_model(args.model)
-        batches = parse_ints(args.batch, "batch")
+        batches = parse_batches(args.batch, "batch")
         fmt = args.format or model.fp4_format
         if fmt not in BYTES_PER_ELEMENT:
             raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(BYTES_PER_ELEMENT)}")

@@ -123,6 +123,8 @@ def parse_device(text: str, option: str) -> Any:
         dev = torch.device(text)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"{option}: {text!r} is not a torch device (e.g. cpu, cuda, cuda:1): {exc}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{option}: {text!r}: fp4bench runs on cpu or cuda devices, not {dev.type}")
     if dev.type == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (dev.index or 0) >= n:

@@ -86,7 +86,10 @@ class LoggedRun:
 
 
 def is_line_log(path: str | os.PathLike[str]) -> bool:
-    """True when the file's first line is a line-log header (whatever its name)."""
+    """True when the file's first line is a line-log header (whatever its name). Only a regular
+    file is opened: a FIFO or a device would block the read."""
+    if not Path(path).is_file():
+        return False
     try:
         with open(path, encoding="utf-8") as f:
             first = f.readline()
@@ -101,29 +104,43 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
         lines = p.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise BaselineError(f"cannot read line log {p}: {exc}") from None
-    records, notes = [], []
+    records, linenos, notes = [], [], []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as exc:
             if i == len(lines) - 1:  # the write the kill interrupted
                 notes.append(f"last line {i + 1} is cut off (killed mid-write); ignored")
                 continue
             raise BaselineError(f"line log {p}: line {i + 1} is not JSON: {exc}") from None
+        except RecursionError:
+            raise BaselineError(f"line log {p}: line {i + 1} nests JSON too deeply") from None
+        if not isinstance(record, dict):
+            raise BaselineError(f"line log {p}: line {i + 1} is a JSON {type(record).__name__}, not an object "
+                                f"(a header, case or end record)")
+        records.append(record)
+        linenos.append(i + 1)
     if not records or records[0].get("type") != "header" or records[0].get("kind") != KIND:
         raise BaselineError(f"{p}: not an fp4bench line log (no header line)")
     head = records[0]
     _one_run(p, records)
+    planned = head.get("planned")
+    if planned is not None and not (isinstance(planned, list) and all(isinstance(n, str) for n in planned)):
+        raise BaselineError(f"line log {p}: line {linenos[0]} (the header): 'planned' must be a list of benchmark names, "
+                            f"got {planned!r:.80}")
     benches, avail, outcomes = [], {}, {}
     complete = False
-    for r in records[1:]:
+    for n, r in zip(linenos[1:], records[1:]):
         if r.get("type") == "end":
             complete = True
         elif r.get("type") == "case":
             if not isinstance(r.get("fullname"), str):
-                raise BaselineError(f"line log {p}: a case line without a fullname: {r!r:.200}")
+                raise BaselineError(f"line log {p}: line {n}: a case line without a fullname: {r!r:.200}")
+            if not isinstance(r.get("availability") or {}, dict) or not isinstance(r.get("samples") or [], list):
+                raise BaselineError(f"line log {p}: line {n}: 'availability' must be an object and 'samples' "
+                                    f"a list, got {r!r:.200}")
             outcomes[r["fullname"]] = r.get("outcome", "")
             avail.update(r.get("availability") or {})
             if r.get("samples"):

@@ -10,6 +10,7 @@ into values and raise ``ValueError`` that names the bad item; the argparse types
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -59,6 +60,20 @@ def parse_ints(text: str, what: str = "batch") -> tuple[int, ...]:
         if v not in out:
             out.append(v)
     return tuple(out)
+
+
+#: the largest decode batch a sweep or ``fp4bench shapes``/``workload`` takes: its routing draws a
+#: batch x experts score matrix (64 MiB at 65536 x 256 experts)
+MAX_BATCH = 65536
+
+
+def parse_batches(text: str, what: str = "batch") -> tuple[int, ...]:
+    """Decode batch sizes: ``parse_ints``, each in 1..``MAX_BATCH``."""
+    out = parse_ints(text, what)
+    big = [b for b in out if b > MAX_BATCH]
+    if big:
+        raise ValueError(f"{what}: batch sizes must be in 1..{MAX_BATCH}, got {big[0]} in {text!r}")
+    return out
 
 
 def parse_tps(text: str, models: Iterable[MoEModel] = (), what: str = "tp") -> tuple[int, ...]:
@@ -119,8 +134,31 @@ def alpha(text: str) -> float:
 def positive_seconds(text: str) -> float:
     """A duration > 0 seconds."""
     v = _number(text, "seconds like 0.5")
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {v:g}")
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {v:g}")
+    return v
+
+
+def nonneg_seconds(text: str) -> float:
+    """A finite duration >= 0 seconds (0: off)."""
+    v = _number(text, "seconds like 2.5")
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {v:g}")
+    return v
+
+
+#: the seeds torch.Generator.manual_seed and numpy take alike
+MAX_SEED = 2 ** 63 - 1
+
+
+def seed(text: str) -> int:
+    """An integer seed in 0..``MAX_SEED``."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not 0 <= v <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"seed must be in 0..2**63-1, got {text if len(text) <= 30 else text[:27] + '...'}")
     return v
 
 
@@ -171,7 +209,7 @@ SWEEP = (
     Option("full", "every tactic and the dense M sweep 1..16384", action="store_true"),
     Option("tactics", "default: one tactic per backend (quick); all: every tile config / tactic",
            choices=("default", "all")),
-    Option("seed", "seed of the operands and the routing", type=int, default=0),
+    Option("seed", "seed of the operands and the routing", type=seed, default=0),
     Option("device", "torch device (default cuda:0 if present, else cpu)"),
     Option("plugin", "import a module defining BACKENDS (repeatable)", action="append", default=[]),
     Option("l2", "L2 state while timing (default cold)", choices=("cold", "hot"), default="cold"),

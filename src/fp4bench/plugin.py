@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fp4bench.options import BASELINES, GATE, SWEEP, add_options
+from fp4bench.options import BASELINES, GATE, SWEEP, add_options, nonneg_seconds, positive_seconds
 from fp4bench.session import SESSION, Fp4Session
 from fp4bench.session import session_of as _state
 
@@ -28,7 +28,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fp4-time-budget", type=float, default=None, help="seconds of sampling per case")
     g.addoption("--fp4-target-ci", type=float, default=0.005, help="stop at this relative 95%% CI of the median")
     g.addoption("--fp4-min-samples", type=int, default=10)
-    g.addoption("--fp4-energy-window", type=float, default=0.0,
+    g.addoption("--fp4-energy-window", type=nonneg_seconds, default=0.0,
                 help="seconds of extra replay per case to measure joules per GEMM via NVML (0: off)")
     BASELINES.add(g.addoption, "fp4-")
     g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against")
@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
     g.addoption("--fp4-isolate", action="store_true",
                 help="run each case in a worker process: a crash, hang or poisoned CUDA context costs one case")
-    g.addoption("--fp4-case-timeout", type=float, default=900.0,
+    g.addoption("--fp4-case-timeout", type=positive_seconds, default=900.0,
                 help="with --fp4-isolate: seconds a case may take (JIT build included) before it is a hang")
     g.addoption("--fp4-python", default=None, help="with --fp4-isolate: the worker's interpreter or venv")
     g.addoption("--fp4-log", default=None,
@@ -74,6 +74,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
+    if config.getoption("fp4_python") and not config.getoption("fp4_isolate"):
+        raise pytest.UsageError("fp4bench: --fp4-python is the interpreter of --fp4-isolate's workers: "
+                                "it needs --fp4-isolate")
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
     # pytest-xdist workers neither write the JSON nor gate; the controller does

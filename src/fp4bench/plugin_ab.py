@@ -97,6 +97,9 @@ class AbPlugin:
         self.failed = False
         self.replaced = 0
         if self.against is None:
+            if config.getoption("fp4_ab_env", default=None):
+                raise pytest.UsageError("--fp4-ab-env sets the environment of the --fp4-ab-against side: "
+                                        "it needs --fp4-ab-against")
             return
         from fp4bench.worker.pool import interpreter
 

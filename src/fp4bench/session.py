@@ -48,7 +48,6 @@ class Fp4Session:
         """Lazy: only a session that collects fp4 cases touches torch.cuda and the baseline."""
         if self.ready:
             return
-        self.ready = True
         import torch
 
         from fp4bench.backends import registry
@@ -80,6 +79,7 @@ class Fp4Session:
         if opt("fp4_isolate"):
             self.runner = _isolated_runner(self.config, self.runner, str(self.device))
         self.policy = Policy(**policy_kwargs(lambda name: opt("fp4_" + name.replace("-", "_"))))
+        self.ready = True  # only once all of it is set up: a failed setup fails again on the next call
 
     def measurement(self) -> dict[str, Any]:
         """How this run takes its times, recorded in the saved ``sweep`` and checked against the

@@ -59,7 +59,7 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
     measures what the baseline measured, so nothing is MISSING by accident); then the defaults.
     ``ValueError`` names the bad value and its option (``flag`` + name). Backend names are not
     checked here (a worker may register backends its parent does not know)."""
-    from fp4bench.options import parse_ints, parse_kinds, parse_models, parse_routings, parse_tps, split_list
+    from fp4bench.options import parse_batches, parse_kinds, parse_models, parse_routings, parse_tps, split_list
 
     def pick(option: str, key: str, default):
         v = given(option)
@@ -76,7 +76,7 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
     routings = pick("routing", "routings", "uniform")
     parse_routings(routings, f"{flag}routing")  # a bad spec is a usage error now, not a collection traceback
     return SweepOptions(models=tuple(m.name for m in models),
-                        batches=parse_ints(pick("batches", "batches", "1,64,512" if on_gpu else "1,16"),
+                        batches=parse_batches(pick("batches", "batches", "1,64,512" if on_gpu else "1,16"),
                                            f"{flag}batches"),
                         tps=parse_tps(str(pick("tp", "tps", "1")), models, f"{flag}tp"),
                         routings=tuple(split_list(routings, f"{flag}routing")),
@@ -145,6 +145,9 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
                 specs.append(CaseSpec(b.name, prob, skip_reason=(
                     f"{b.name}: could not list its tactics for this problem ({type(exc).__name__}: {exc})")))
                 continue
+            if not isinstance(tactics, (list, tuple)) or not all(isinstance(t, Tactic) for t in tactics):
+                raise ValueError(f"{type(b).__module__}.{type(b).__qualname__} (backend {b.name!r}): tactics() "
+                                 f"returned {tactics!r:.80}, not a list of Tactic")
             if not (opts.full or opts.tactics == "all"):
                 tactics = quick_tactics(tactics)
             specs += [CaseSpec(b.name, prob, t, note=note) for t in tactics]

@@ -23,3 +23,10 @@ def tactic_failure(exc: BaseException, label: str, patterns: Sequence[str]) -> T
         return None
     line = next((ln.strip() for ln in msg.splitlines() if any(p in ln for p in patterns)), msg.strip())
     return TacticUnsupported(f"{label}: {line[:500]}")
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: how a backend's or plugin's own exception is named
+    in a one-line error (a SyntaxError's message names the file and line)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0].strip() if lines else '(no message)'}"

@@ -18,17 +18,35 @@ import pkgutil
 from collections.abc import Iterable
 from types import ModuleType
 
+from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend
+from fp4bench.options import KINDS
 
 _NOT_BACKEND_MODULES = {"alignment", "base", "registry"}
 _registry: dict[str, Backend] = {}
 _loaded_builtins = False
 
 
+def _check_backend(backend: object) -> str | None:
+    """What is wrong with ``backend`` as a registry entry, or None: benchmark ids and the
+    recorded availability keys (``name|problem|tactic``) are built from its name and kinds."""
+    if not isinstance(backend, Backend):
+        return f"{backend!r} is not a fp4bench Backend"
+    what = f"{type(backend).__module__}.{type(backend).__qualname__}"
+    name = getattr(backend, "name", None)
+    if not isinstance(name, str) or not name.strip() or "|" in name:
+        return f"{what}: name must be a non-empty string without '|', got {name!r}"
+    kinds = getattr(backend, "kinds", None)
+    if not isinstance(kinds, (set, frozenset)) or not kinds or not kinds <= set(KINDS):
+        return f"{what} (backend {name!r}): kinds must be a non-empty set of {', '.join(KINDS)}, got {kinds!r}"
+    return None
+
+
 def register(backend: Backend) -> None:
     """Add one backend; a second backend with the same name is a programming error."""
-    if not isinstance(backend, Backend):
-        raise TypeError(f"not a fp4bench Backend: {backend!r}")
+    bad = _check_backend(backend)
+    if bad:
+        raise TypeError(bad)
     old = _registry.get(backend.name)
     if old is not None and type(old) is not type(backend):
         raise ValueError(f"backend name {backend.name!r} registered twice ({type(old).__name__}, {type(backend).__name__})")
@@ -40,11 +58,21 @@ def _register_module(mod: ModuleType) -> None:
     wrap = getattr(mod, "wrap_backends", None)
     if backends is None and wrap is None:
         raise ValueError(f"backend module {mod.__name__} defines no BACKENDS list")
-    for b in backends or ():
+    if backends is not None and not isinstance(backends, (list, tuple)):
+        raise TypeError(f"{mod.__name__}.BACKENDS must be a list of backends, got {type(backends).__name__} "
+                        f"{backends!r:.80}")
+    for i, b in enumerate(backends or ()):
+        bad = _check_backend(b)
+        if bad:
+            raise TypeError(f"{mod.__name__}.BACKENDS[{i}]: {bad}")
         register(b)
-    for b in wrap(get_backend) if wrap is not None else ():
-        if not isinstance(b, Backend):
-            raise TypeError(f"{mod.__name__}.wrap_backends returned {b!r}, not a fp4bench Backend")
+    wrapped = wrap(get_backend) if wrap is not None else ()
+    if not isinstance(wrapped, (list, tuple)):
+        raise TypeError(f"{mod.__name__}.wrap_backends returned {type(wrapped).__name__}, not a list of backends")
+    for b in wrapped:
+        bad = _check_backend(b)
+        if bad:
+            raise TypeError(f"{mod.__name__}.wrap_backends returned a bad backend: {bad}")
         get_backend(b.name)  # only a registered backend is replaced
         _registry[b.name] = b
 
@@ -55,7 +83,15 @@ def load_plugin(module_name: str) -> None:
         mod = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"--fp4-plugin: cannot import backend module {module_name!r}: {exc}") from exc
-    _register_module(mod)
+    except (Exception, SystemExit) as exc:  # any error of the plugin's own code, sys.exit() included
+        raise ValueError(f"--fp4-plugin: importing backend module {module_name!r} raised "
+                         f"{one_line(exc)}") from exc
+    try:
+        _register_module(mod)
+    except (Exception, SystemExit) as exc:  # BACKENDS / wrap_backends of the wrong shape, or raising
+        msg = str(exc) if type(exc) in (ValueError, TypeError) else one_line(exc)
+        raise ValueError(f"--fp4-plugin {module_name}: {msg}") from exc
+
 
 
 def _load_builtins() -> None:

@@ -270,17 +270,26 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _finite(x: Any) -> bool:
+    """A JSON number that is a finite float: an integer beyond the float range is not (JSON
+    integers have no size limit; ``float(10**400)`` raises ``OverflowError``)."""
+    try:
+        return _is_number(x) and math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def _check_extra(extra: dict[str, Any], fullname: str, source: str) -> None:
     """The ``extra_info`` values the gate computes with must have the types it expects."""
     where = f"{source}: benchmark {fullname!r} extra_info"
     nf = extra.get("noise_floor")
-    if nf is not None and not (_is_number(nf) and math.isfinite(nf) and nf >= 0):
+    if nf is not None and not (_finite(nf) and nf >= 0):
         raise BaselineError(f"{where}['noise_floor'] must be a relative number >= 0 (0.02 = 2 %), "
                             f"got {_short(nf)}")
     clk = extra.get("sm_clock_mhz")
     if clk is not None:
         vals = clk if isinstance(clk, list) else [clk]
-        if not all(_is_number(v) and math.isfinite(v) for v in vals):
+        if not all(_finite(v) for v in vals):
             raise BaselineError(f"{where}['sm_clock_mhz'] must be a number or a list of numbers (MHz), "
                                 f"got {_short(clk)}")
     for key in ("kernels", "throttle_reasons"):
@@ -296,10 +305,10 @@ def check_samples(samples: Any, what: str) -> tuple[float, ...]:
     it would make any slowdown look like a speed-up (or leave the ratio undefined)."""
     if not isinstance(samples, (list, tuple)) or not samples:
         raise ValueError(f"{what} has no raw samples")
-    bad = [x for x in samples if not (_is_number(x) and math.isfinite(x) and x > 0)]
+    bad = [x for x in samples if not (_finite(x) and x > 0)]
     if bad:
         raise ValueError(f"{what} has {len(bad)} invalid sample(s) (times must be finite numbers of "
-                         f"seconds > 0), e.g. {bad[:3]}")
+                         f"seconds > 0), e.g. [{', '.join(_short(x) for x in bad[:3])}]")
     return tuple(float(x) for x in samples)
 
 

@@ -11,10 +11,14 @@ on a device: a known slowdown that really runs on the device, inside whatever th
 
 After every call the wrapper adds busy time worth ``fraction`` x the call's own time, on the
 device the call ran on: on CUDA a ``torch.cuda._sleep`` spin kernel on the current stream (so it
-is captured into the timer's CUDA graph next to the kernel), on a CPU a busy-wait. The call's
-time is measured once per (problem, tactic), at its first call, which is the correctness
-check and never a timed call: on CUDA as the median event span of a few calls, each queued
-behind a spin (no launch latency in the span) after an L2 flush (no warm-cache shortcut).
+is captured into the timer's CUDA graph next to the kernel), on a CPU a busy-wait. The sizing
+is made once per (problem, tactic), at its first call, which is the correctness check and never
+a timed call (``Spin.calibrate``): on CUDA the call's time and the time a spin of ``c`` cycles
+realizes after it are both measured as event spans of repeated [L2 flush, call, spin] launches
+queued behind a spin (no launch latency, no warm-cache shortcut), and ``c`` is solved for so
+that the realized added time, fixed cost of the extra kernel included, is the asked fraction of
+the call's time within 5 % (``solve_cycles``). The call is sized cold-L2 (the timer's default);
+under ``--fp4-l2 hot`` the added time is that fraction of the cold call.
 
 The spin kernel shows in the recorded kernel names: the gate notes "kernels changed" on the
 slowed benchmarks, and for an explicit tactic (``--fp4-tactics all``) reports a kernel change
@@ -29,6 +33,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -60,63 +65,151 @@ def parse_spec(text: str) -> dict[str, float]:
     return out
 
 
+class CudaClock:
+    """The device steps the calibration is made of, on one CUDA device (``FakeClock`` in the
+    tests stands in for it): an L2 flush, a spin of some cycles, and the GPU span of a sequence
+    of launches."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size
+        # 2x L2, read (not written): the flush leaves clean lines, as the timer's rotating operand
+        # copies do; a written flush leaves dirty lines whose write-back the next call would pay
+        self._scratch = torch.ones(max(1, 2 * l2 // 4), dtype=torch.float32, device=device)
+        self._sink = torch.empty((), dtype=torch.float32, device=device)
+        self._ahead = 0
+
+    def rate(self) -> float:
+        """Nominal ``torch.cuda._sleep`` cycles per second, from one long spin (the first guess)."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # warm
+        start.record()
+        torch.cuda._sleep(20_000_000)
+        end.record()
+        end.synchronize()
+        rate = 20_000_000 / (start.elapsed_time(end) / 1e3)
+        self._ahead = int(2e-3 * rate)
+        return rate
+
+    def capturing(self) -> bool:
+        return torch.cuda.is_current_stream_capturing()
+
+    def flush(self) -> None:
+        torch.sum(self._scratch, dim=0, out=self._sink)
+
+    def spin(self, cycles: int) -> None:
+        torch.cuda._sleep(max(1, int(cycles)))
+
+    def span(self, launch: Callable[[], None]) -> float:
+        """Seconds between two events around ``launch()``'s kernels, queued behind a 2 ms spin so
+        the CPU's launch time is not in the span."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(max(1, self._ahead))
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def solve_cycles(added: Callable[[int], float], target_s: float, guess: int, tol: float = 0.05,
+                 tries: int = 5) -> tuple[int, float]:
+    """Spin cycles whose *realized* added time ``added(cycles)`` is ``target_s`` within ``tol``
+    (relative), by the secant method from ``guess``: ``added`` is affine in the cycles (a fixed
+    cost of one more kernel plus cycles / SM clock), neither term known in advance. Returns the
+    cycles and the added time measured with them."""
+    c1, c2 = max(1, int(guess)), max(2, 2 * int(guess))
+    a1, a2 = added(c1), added(c2)
+    for _ in range(tries):
+        slope = (a2 - a1) / (c2 - c1)
+        if not slope > 0:
+            raise RuntimeError(f"fp4bench.testing.slowdown: a longer spin did not add time ({c1} cycles: "
+                               f"{a1 * 1e6:.2f} us, {c2} cycles: {a2 * 1e6:.2f} us); the calibration is too noisy")
+        c = round(c2 + (target_s - a2) / slope)
+        if c < 1:
+            fixed = a2 - slope * c2
+            raise ValueError(f"fp4bench.testing.slowdown: cannot add {target_s * 1e6:.2f} us per call: one spin "
+                             f"kernel alone adds {fixed * 1e6:.2f} us; ask for a larger fraction")
+        a = added(c)
+        if abs(a - target_s) <= tol * target_s:
+            return c, a
+        c1, a1, c2, a2 = c2, a2, c, a
+    raise RuntimeError(f"fp4bench.testing.slowdown: the spin did not settle within {tol:.0%} of "
+                       f"{target_s * 1e6:.2f} us in {tries} tries (last {a * 1e6:.2f} us)")
+
+
+@dataclass
+class Calibration:
+    """One call's sizing: its own time, the spin cycles, and the time they add after it."""
+
+    call_s: float
+    cycles: int
+    added_s: float
+
+
 class Spin:
-    """Busy time on the device a call ran on, and the call's own time to size it."""
+    """Busy time on the device a call ran on, sized on the call's own time.
 
-    def __init__(self, reps: int = 10) -> None:
-        self.reps = reps
-        self._cycles_per_s: dict[int, float] = {}
+    On CUDA the spin is sized on what it *adds* after the call, not on its length alone: each
+    spin is one more kernel, and its fixed cost (the gap a graph leaves between two kernels, the
+    call's tail) is time the spin adds too. The calibration times ``k`` repetitions of [flush,
+    call] and of [flush, call, spin(c)] between one event pair (so the event overhead and the
+    flush cancel in the difference), the median of ``reps`` rounds, and solves for ``c`` with
+    ``solve_cycles`` (within ``tol``)."""
 
-    def _rate(self, device: torch.device) -> float:
-        """``torch.cuda._sleep`` cycles per second on ``device``, from one long timed spin (the
-        SM clock, which moves with power, sets it)."""
-        idx = device.index if device.index is not None else torch.cuda.current_device()
-        if idx not in self._cycles_per_s:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(1_000_000)  # warm
-            start.record()
-            torch.cuda._sleep(20_000_000)
-            end.record()
-            end.synchronize()
-            self._cycles_per_s[idx] = 20_000_000 / (start.elapsed_time(end) / 1e3)
-        return self._cycles_per_s[idx]
+    def __init__(self, reps: int = 10, k: int = 16, tol: float = 0.05,
+                 clock: Callable[[torch.device], Any] = CudaClock) -> None:
+        self.reps, self.k, self.tol, self._clock = reps, k, tol, clock
+        self._clocks: dict[Any, Any] = {}
 
     def call_seconds(self, call: Callable[[], Any], device: torch.device) -> float:
-        """The median time of one ``call`` (after one warm-up call)."""
-        if device.type != "cuda":
+        """The median time of one ``call`` on a CPU (after one warm-up call)."""
+        call()
+        times = []
+        for _ in range(self.reps):
+            t = time.perf_counter()
             call()
-            times = []
-            for _ in range(self.reps):
-                t = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - t)
-            return statistics.median(times)
-        if torch.cuda.is_current_stream_capturing():
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    def calibrate(self, call: Callable[[], Any], fraction: float, device: torch.device) -> Calibration:
+        """How to add ``fraction`` x the time of ``call`` after each call on ``device``."""
+        if device.type != "cuda":
+            t0 = self.call_seconds(call, device)
+            return Calibration(t0, 0, fraction * t0)
+        if device not in self._clocks:
+            self._clocks[device] = self._clock(device)
+        clock = self._clocks[device]
+        if clock.capturing():
             raise RuntimeError("fp4bench.testing.slowdown: the first call of a case is being captured into a "
                                "CUDA graph; the call's time must be measured before (run the case's check first)")
-        call()
-        torch.cuda.synchronize(device)
-        l2 = torch.cuda.get_device_properties(device).L2_cache_size
-        scratch = torch.empty(max(1, 2 * l2 // 4), dtype=torch.float32, device=device)  # 2x L2: a write evicts it
-        ahead = int(1e-3 * self._rate(device))  # 1 ms of spin queued ahead: the CPU launches meanwhile
-        spans = []
-        for _ in range(self.reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(ahead)
-            scratch.zero_()
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            spans.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(spans)
+        rate = clock.rate()
+        call()  # warm
 
-    def add(self, seconds: float, device: torch.device) -> None:
-        """``seconds`` of busy time: a spin kernel on the current CUDA stream, or a CPU busy-wait."""
+        def per_call(*steps: Callable[[], Any]) -> float:
+            def launch() -> None:
+                for _ in range(self.k):
+                    for step in steps:
+                        step()
+            return statistics.median(clock.span(launch) for _ in range(self.reps)) / self.k
+
+        flush = per_call(clock.flush)
+        t0 = per_call(clock.flush, call) - flush
+        if not t0 > 0:
+            raise RuntimeError(f"fp4bench.testing.slowdown: the call measured {t0 * 1e6:.2f} us; cannot size a spin")
+
+        def added(cycles: int) -> float:
+            return per_call(clock.flush, call, lambda: clock.spin(cycles)) - flush - t0
+
+        cycles, got = solve_cycles(added, fraction * t0, int(fraction * t0 * rate), self.tol)
+        return Calibration(t0, cycles, got)
+
+    def add(self, cal: Calibration, device: torch.device) -> None:
+        """The calibrated busy time: a spin kernel on the current CUDA stream, or a CPU busy-wait."""
         if device.type == "cuda":
-            torch.cuda._sleep(max(1, int(seconds * self._rate(device))))
+            self._clocks[device].spin(cal.cycles)
             return
-        end = time.perf_counter() + seconds
+        end = time.perf_counter() + cal.added_s
         while time.perf_counter() < end:
             pass
 
@@ -137,7 +230,7 @@ class Slowed(Backend):
         self.padding = getattr(inner, "padding", None)
         self.no_graph_reason = inner.no_graph_reason
         self.output_roundings = inner.output_roundings
-        self._call_s: dict[tuple[str, str], float] = {}
+        self.calibrations: dict[tuple[str, str], Calibration] = {}
 
     def availability(self, device: torch.device) -> Availability:
         return self.inner.availability(device)
@@ -157,10 +250,11 @@ class Slowed(Backend):
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         device = prepared.out.device
         key = (prepared.problem.id, tactic.label)
-        if key not in self._call_s:
-            self._call_s[key] = self.spin.call_seconds(lambda: self.inner.run(prepared, tactic), device)
+        if key not in self.calibrations:
+            self.calibrations[key] = self.spin.calibrate(lambda: self.inner.run(prepared, tactic), self.fraction,
+                                                         device)
         out = self.inner.run(prepared, tactic)
-        self.spin.add(self.fraction * self._call_s[key], device)
+        self.spin.add(self.calibrations[key], device)
         return out
 
 

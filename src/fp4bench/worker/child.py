@@ -208,7 +208,13 @@ def serve(inp: TextIO, out: TextIO) -> int:
     if not first:
         return 0
     init = json.loads(first)
-    child = Child(init)
+    try:
+        child = Child(init)
+    except Exception as exc:  # a bad device, a plugin that fails: the parent reports this one line
+        lines = str(exc).strip().splitlines()
+        out.write(protocol.dumps({"type": "error", "error": f"{type(exc).__name__}: {lines[0] if lines else ''}"}))
+        out.flush()
+        return 2
     from fp4bench.backends.registry import test_only
 
     out.write(protocol.dumps({"type": "ready", "pid": os.getpid(), "fingerprint": child.fingerprint.to_dict(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def interpreter(path_or_venv: str) -> str:
                 return str(cand)
         raise ValueError(f"{path_or_venv}: a directory without bin/python (not a virtual environment)")
     if p.is_file():
-        return str(p)
+        return str(p.absolute())  # never looked up on PATH by Popen
     import shutil
 
     found = shutil.which(path_or_venv)
@@ -91,16 +92,38 @@ class Worker:
         lines.put(None)  # EOF: the process is gone
 
     def start(self) -> dict[str, Any]:
+        """Start the process and check its handshake: the first line must be the worker's
+        ``ready`` record. ``WorkerLost`` otherwise, in one line naming the interpreter and the
+        child's own error (the last exception line it wrote to stderr, not its traceback)."""
         env = dict(os.environ)
         env.update(self.spec.env)
         env["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-        self.proc = subprocess.Popen([self.spec.python, "-m", "fp4bench.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
+        try:
+            self.proc = subprocess.Popen([self.spec.python, "-m", "fp4bench.worker"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                         bufsize=1)
+        except OSError as exc:
+            raise WorkerLost(f"{self.label}: cannot start {self.spec.python}: {exc.strerror or exc}") from None
         self.starts += 1
         self._lines = queue.Queue()
+        self._stderr = _StderrTail(self.proc.stderr)
         threading.Thread(target=self._reader, args=(self.proc.stdout, self._lines), daemon=True).start()
-        self.ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
-        return self.ready
+        try:
+            ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
+        except WorkerLost as exc:
+            why = self._stderr.error_line()
+            raise WorkerLost(f"{exc}: {why}" if why else str(exc)) from None
+        finally:
+            self._stderr.forward()  # from now on the child's stderr (library output) is passed through
+        if ready.get("type") == "error":
+            self.close()
+            raise WorkerLost(f"{self.label} ({self.spec.python}) could not start: {ready.get('error')}")
+        if ready.get("type") != "ready":
+            self.kill()
+            raise WorkerLost(f"{self.label}: {self.spec.python} is not an fp4bench worker: its first line is "
+                             f"{ready!r:.120}")
+        self.ready = ready
+        return ready
 
     def _exchange(self, msg: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdin is not None
@@ -116,8 +139,16 @@ class Worker:
             raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
         if line is None:  # stdout at EOF: the process is exiting
             rc = self._reap()
-            raise WorkerLost(f"{self.label} process died during {what}: {describe_exit(rc)}")
-        return json.loads(line)
+            raise WorkerLost(f"{self.label} process ({self.spec.python}) died during {what}: {describe_exit(rc)}")
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self.kill()
+            raise WorkerLost(f"{self.label}: {self.spec.python} is not an fp4bench worker: it answered "
+                             f"{line.strip()!r:.120} to {what}")
+        return reply
 
     def request(self, msg: dict[str, Any], what: str = "") -> dict[str, Any]:
         if self.proc is None:
@@ -151,6 +182,39 @@ class Worker:
         except OSError:
             pass
         self._reap()
+
+
+class _StderrTail:
+    """A child's stderr: kept (the last lines) until ``forward``, then passed to ours."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._forward = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            if self._forward.is_set():
+                sys.stderr.write(line)
+            else:
+                self.lines = [*self.lines[-199:], line.rstrip("\n")]
+
+    def forward(self) -> None:
+        self._forward.set()
+
+    def error_line(self) -> str:
+        """The exception line of the child's last traceback (``ModuleNotFoundError: No module
+        named 'torch'``), else its last non-empty line ('' if it wrote none)."""
+        self._thread.join(timeout=5)  # the child is gone: read what it wrote to the end
+        lines = [ln.strip() for ln in self.lines if ln.strip()]
+        for ln in reversed(lines):
+            if _EXCEPTION_LINE.match(ln):
+                return ln[:300]
+        return lines[-1][:300] if lines else ""
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
 
 
 class IsolatedRunner:
