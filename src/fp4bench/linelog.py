@@ -134,15 +134,6 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
     return LoggedRun(run, list(head.get("planned") or []), outcomes, complete, notes)
 
 
-def without_unreached(baseline: Baseline, logged: LoggedRun) -> Baseline:
-    """``baseline`` less the benchmarks the logged run never reached: those are reported as
-    not reached, not judged as MISSING (which would read as renamed or removed)."""
-    import dataclasses
-
-    skip = set(logged.not_reached)
-    return dataclasses.replace(baseline, benchmarks={k: v for k, v in baseline.benchmarks.items() if k not in skip})
-
-
 def unreached_report(logged: LoggedRun, baseline: Baseline) -> str:
     """The lines a partial run adds under the verdict table."""
     if not logged.partial:

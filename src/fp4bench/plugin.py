@@ -221,11 +221,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if st.baseline is None or not st.ready:
         return
     result = st.final_compare()
-    from fp4bench.plugin_console import not_run
+    from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_REGRESSION
 
-    incomplete = bool(not_run(session.config)) and not st.policy.allow_missing
-    if (result.exit_code != 0 or incomplete) and session.exitstatus == 0:
+    # the gate's decision where pytest saw nothing wrong (or, with -k, nothing to run): a
+    # regression exits 1, a comparison that judged nothing or less than expected 3
+    if result.exit_code == EXIT_REGRESSION and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif result.exit_code == EXIT_INCOMPLETE and session.exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = EXIT_INCOMPLETE
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

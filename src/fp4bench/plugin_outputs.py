@@ -21,12 +21,7 @@ def write_outputs(st: Any, result: Any, echo: Callable[[str], None]) -> None:
         if result is None:
             echo("fp4bench: --fp4-verdict-json: no baseline active (use --benchmark-compare), nothing written")
         else:
-            data = verdict_json(result, base)
-            if gone:
-                data["incomplete"] = {"not_run": gone, "allowed": bool(opt("fp4_allow_missing"))}
-                if not opt("fp4_allow_missing"):
-                    data["exit_code"] = max(1, data["exit_code"])
-                    data["outcome"] = "incomplete run" if data["outcome"] == "no regression" else data["outcome"]
+            data = verdict_json(result, base)  # a stopped run's cases are in its coverage (not reached)
             Path(opt("fp4_verdict_json")).write_text(json.dumps(data, indent=1) + "\n")
             echo(f"fp4bench: verdict JSON written to {opt('fp4_verdict_json')}")
     if opt("fp4_csv"):

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_REGRESSION, collapsed
+from fp4bench.gate.coverage import EXIT_INCOMPLETE, OUTCOME, collapsed
 from fp4bench.gate.power import PowerRow
 from fp4bench.gate.verdict import (KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, CompareResult, Policy, Status,
                                    Verdict, other_unit)
@@ -238,12 +238,9 @@ def verdict_summary(result: CompareResult) -> str:
     comparison says what was expected and what was judged."""
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
     code = result.exit_code
-    if code == EXIT_REGRESSION:
-        outcome = "regression"
-    elif code == EXIT_INCOMPLETE:
-        outcome = result.coverage.problem() if result.coverage is not None else "INCOMPLETE"
-    else:
-        outcome = "no regression"
+    outcome = OUTCOME[code]
+    if code == EXIT_INCOMPLETE and result.coverage is not None:
+        outcome = result.coverage.problem()
     return f"{counts or 'no verdicts'} → {outcome} (exit {code})"
 
 

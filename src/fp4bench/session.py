@@ -33,6 +33,8 @@ class Fp4Session:
     measured: dict[str, tuple[list[float], dict]] = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
     deselected: set[str] = field(default_factory=set)
+    #: cases skipped with no baseline timing to miss: ``{fullname: reason}``
+    skipped: dict[str, str] = field(default_factory=dict)
     failed_tests: int = 0
     usage_error: str | None = None  # a bad --fp4-* value found while parametrizing
     health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
@@ -211,6 +213,7 @@ class Fp4Session:
             if base is not None:
                 pytest.fail(f"MISSING NOW: measured in the baseline ({self.baseline_path}), skipped now: {reason}",
                             pytrace=False)
+            self.skipped[fullname] = reason
             skip(spec, reason)
         if res_status == UNSUPPORTED:
             self.availability[key] = availability_value(False, reason)
@@ -218,6 +221,7 @@ class Fp4Session:
             if was is not None and is_ok(was):
                 pytest.fail(f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: {reason}",
                             pytrace=False)
+            self.skipped[fullname] = f"unsupported: {reason}"
             skip(spec, f"unsupported: {reason}")
         self.availability[key] = availability_value(True)
         if spec.note:
@@ -286,18 +290,18 @@ class Fp4Session:
         from fp4bench.gate.verdict import compare
 
         if self._result is None:
+            from fp4bench.gate.coverage import Scope
             from fp4bench.plugin_console import not_run
+            from fp4bench.sweep import selection_of
 
-            base = self.baseline
-            # baseline entries deselected with -k/-m are not "missing", nor are the cases a
-            # stopped run (-x, --maxfail, Ctrl-C) never reached: those are listed as not run
-            skipped = self.deselected | set(not_run(self.config))
-            if skipped:
-                import dataclasses
-
-                base = dataclasses.replace(base, benchmarks={k: v for k, v in base.benchmarks.items()
-                                                             if k not in skipped})
-            self._result = compare(base, dict(self.measured), self.availability, self.policy, self.fingerprint)
+            # what -k/-m deselected and what the given sweep options leave out is not expected;
+            # the cases a stopped run (-x, --maxfail, Ctrl-C) never reached are not reached
+            selected = None if self.sweep is None else selection_of(
+                self.sweep, lambda name: self.config.getoption("fp4_" + name, default=None))
+            scope = Scope(excluded=frozenset(self.deselected), selected=selected,
+                          not_reached=tuple(not_run(self.config)), skipped_now=dict(self.skipped))
+            self._result = compare(self.baseline, dict(self.measured), self.availability, self.policy,
+                                   self.fingerprint, scope=scope)
         return self._result
 
     def check_health(self) -> None:

@@ -27,6 +27,8 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 #: the gate's decision as a process exit status, shared by every front end (usage errors are
 #: the front end's own: 2 for a command, 4 for pytest)
 EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPLETE = 0, 1, 3
+#: each decision in words (reports, verdict JSON)
+OUTCOME = {EXIT_OK: "no regression", EXIT_REGRESSION: "regression", EXIT_INCOMPLETE: "incomplete"}
 
 #: names listed in a collapsed list before "... N more"
 SHOWN = 3
@@ -95,6 +97,13 @@ class Coverage:
         if self.skipped_both:
             parts.append(f"{len(self.skipped_both)} skipped on both sides")
         return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Counts, and the names of what was expected but not judged (verdict JSON)."""
+        return {"expected": len(self.expected), "judged": len(self.judged), "missing": list(self.missing),
+                "not_reached": list(self.not_reached), "not_selected": len(self.not_selected),
+                "skipped_both": list(self.skipped_both), "allow_missing": self.allow_missing,
+                "summary": self.summary()}
 
     def problem(self) -> str:
         """Why the comparison is incomplete, in one sentence ('' when it is not)."""
