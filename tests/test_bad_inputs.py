@@ -259,7 +259,7 @@ def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
     approved = _approved(tmp_path)
     c = _put(tmp_path, "cand.json", _file(_runs(names=NAMES[:1])))
     rc, _, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root")])
-    assert rc == 2 and f"approving would stop gating them (use force to shrink the baseline):\n  {NAMES[1]}" in err
+    assert rc == 2 and f"approving would stop gating them (--force to shrink the baseline):\n  {NAMES[1]}" in err
     rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root"), "--force"])
     assert rc == 0 and f"no longer gated (1 benchmarks of the previous baseline):\n  {NAMES[1]}" in out
     assert json.loads(approved.read_text())["approval"]["forced"] is True

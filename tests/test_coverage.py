@@ -180,3 +180,11 @@ def test_compare_allow_missing_with_nothing_in_common(tmp_path, capsys):
     assert compare_main([str(base), str(new), "--allow-missing"]) == 3
     assert "INCOMPLETE: nothing judged: judged 0 of 1 expected benchmark (1 MISSING)" in capsys.readouterr().out
 
+
+
+def test_an_empty_baseline_path_is_a_usage_error(bench):
+    for flag in ("--fp4-baseline=", "--fp4-baseline=  ", "--benchmark-compare="):
+        res = bench.runpytest(*GATE, flag)
+        err = res.stderr.str()
+        assert res.ret == 4, (flag, res.stdout.str(), err)
+        assert "empty baseline path" in err and "Traceback" not in err + res.stdout.str()

@@ -74,6 +74,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
+    for flag, value in (("--fp4-baseline", explicit), ("--benchmark-compare", compare)):
+        if isinstance(value, str) and not value.strip():  # "" would run ungated and pass
+            raise pytest.UsageError(f"fp4bench: {flag} {value!r}: empty baseline path (give a file, or leave "
+                                    "the option out to run ungated)")
     # pytest-xdist workers neither write the JSON nor gate; the controller does
     save = None if hasattr(config, "workerinput") else _save_option(config)
     try:
