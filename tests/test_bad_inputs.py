@@ -131,8 +131,9 @@ COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, 
     ("zero baseline", None, lambda: _with_data(_file(_runs()), [0.0] * 30), [], 2, "invalid sample(s)"),
     ("too few samples, 2x slower", lambda: _file(_runs(2.0, n=3)), None, [], 1,
      "too few samples (baseline 30, current 3; need >= 5)"),
-    ("too few samples accepted", lambda: _file(_runs(2.0, n=3)), None, ["--allow-ambiguous"], 0,
-     "too few samples"),
+    ("too few samples accepted", lambda: _file(_runs(2.0, n=3)), None, ["--allow-ambiguous"], 3,
+     "INCOMPLETE: nothing judged: judged 0 of 2 expected benchmarks (2 compared, not judged: INVALID or too few "
+     "samples)"),
     ("clock anomaly everywhere", lambda: _file(_runs(2.0, extra={"clock_anomaly": "SM clock 345 MHz"})), None, [],
      1, "current run clock anomaly: SM clock 345 MHz; timing not judged"),
     ("noise-k nan", None, None, ["--noise-k", "nan"], 2, "Policy.noise_k must be a finite number >= 0, got nan"),
@@ -230,7 +231,7 @@ APPROVE_ROWS: list[tuple[str, Callable[[], dict], list[str], int, str]] = [
     ("other L2 mode than the approved", lambda: _file(_runs(), sweep={"l2": "hot"}), [], 2, "l2="),
     ("test-only backend, even forced", lambda: _file(_runs(), sweep={"test_only": SLOWED}), ["--force"], 2,
      "its run measured test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
-     "a test of the gate can never be approved, not even with force"),
+     "a test of the gate can never be approved, not even with --force"),
     ("poisoned context", lambda: _file(_runs(), clean=False), [], 2, "its run was not clean"),
 ]
 
@@ -401,7 +402,8 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("baseline with too few samples", ["--fp4-baseline", "base.json"], _base_few_samples, 1,
      "too few samples (baseline 3, current"),
-    ("... accepted", ["--fp4-baseline", "base.json", "--fp4-allow-ambiguous"], _base_few_samples, 0, "AMBIGUOUS"),
+    ("... accepted, but nothing judged", ["--fp4-baseline", "base.json", "--fp4-allow-ambiguous"], _base_few_samples,
+     3, "→ INCOMPLETE: nothing judged"),
     ("AMBIGUOUS made to fail", ["--fp4-baseline", "base.json", "--fp4-fail-on-ambiguous"], "noisy-fast", 1,
      "AMBIGUOUS test_fp4_gemm.py::test_dense[torch-bf16-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]: "),
     ("... passes by default", ["--fp4-baseline", "base.json"], "noisy-fast", 0, "AMBIGUOUS"),

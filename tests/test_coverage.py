@@ -73,7 +73,7 @@ def test_invalid_timings_are_compared_not_judged():
     base = _base(rng, [("b::t[a]", {"clock_anomaly": True})])
     res = compare(base, {"b::t[a]": (samples(rng, MED, 0.01), {})}, policy=Policy(allow_ambiguous=True))
     assert res.verdicts[0].status is Status.INVALID
-    assert res.exit_code == 3 and "1 compared but not judged" in res.coverage.summary()
+    assert res.exit_code == 3 and "1 compared, not judged: INVALID or too few samples" in res.coverage.summary()
 
 
 def test_regression_wins_over_incomplete():

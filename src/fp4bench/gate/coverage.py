@@ -89,7 +89,7 @@ class Coverage:
                 if x]
         other = len(self.expected) - len(self.judged) - len(self.missing) - len(self.not_reached)
         if other > 0:
-            gaps.append(f"{other} compared but not judged (INVALID / too few samples)")
+            gaps.append(f"{other} compared, not judged: INVALID or too few samples")
         if gaps:
             parts[0] += f" ({', '.join(gaps)})"
         if self.not_selected:
