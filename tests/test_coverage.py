@@ -15,10 +15,10 @@ from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.coverage import Scope
 from fp4bench.gate.verdict import Policy, Status, compare
 from fp4bench.linelog import LineLog
-from fp4bench.report import verdict_summary, verdict_table
+from fp4bench.report import verdict_message, verdict_summary, verdict_table
 from fp4bench.sweep import SweepOptions, selection_of
 from fp4bench.textfit import WIDTH
-from test_plugin import GATE, _baseline
+from test_plugin import GATE, _baseline, _write
 
 pytest_plugins = ["pytester"]
 _isolated_registry = test_plugin._isolated_registry
@@ -188,3 +188,23 @@ def test_an_empty_baseline_path_is_a_usage_error(bench):
         err = res.stderr.str()
         assert res.ret == 4, (flag, res.stdout.str(), err)
         assert "empty baseline path" in err and "Traceback" not in err + res.stdout.str()
+
+
+def test_an_unclean_candidate_gets_no_approve_hint(bench):
+    fast = json.loads(json.dumps(_baseline(bench)))
+    _write(bench, "fast.json", test_plugin._faster_baseline(fast, 0.6))  # every case now reads 1.67x slower
+    res = bench.runpytest(*GATE, "--fp4-baseline", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json")
+    out = res.stdout.str()
+    assert res.ret == 1, out
+    assert "approve it with" not in out
+    assert "candidate baseline written to c.json; its run was not clean" in out
+    assert "approve refuses it without --force" in out
+
+
+def test_a_verdict_line_leaves_out_clock_and_throttle_nobody_recorded():
+    rng = np.random.default_rng(11)
+    base = _base(rng, [("b::t[a]", {})])
+    v = compare(base, {"b::t[a]": (samples(rng, MED, 0.01), {})}).verdicts[0]
+    assert "SM clock" not in verdict_message(v) and "throttle" not in verdict_message(v)
+    v = compare(base, {"b::t[a]": (samples(rng, MED, 0.01), {"sm_clock_mhz": 1980})}).verdicts[0]
+    assert "SM clock ?→1980 MHz" in verdict_message(v)

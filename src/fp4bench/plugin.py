@@ -262,5 +262,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if path is not None:
         if st.test_only():
             tr.write_line(f"fp4bench: this run measured test-only backends ({', '.join(st.test_only())}): "
-                          "it is recorded and can never be approved")
-        tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
+                          f"it is recorded in {path} and can never be approved")
+        elif st.clean is False:
+            tr.write_line(f"candidate baseline written to {path}; its run was not clean (failures, a regression, "
+                          "an incomplete or interrupted run): approve refuses it without --force")
+        else:
+            tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")

@@ -61,8 +61,14 @@ def verdict_message(v: Verdict) -> str:
     line = f"{head}: {format_seconds(v.base_median)} → {format_seconds(v.new_median)}"
     if parts:
         line += f" ({', '.join(parts)})"
-    line += f"; SM clock {v.base_clock or '?'}→{v.new_clock or '?'} MHz"
-    line += f", throttle: {v.base_throttle or '?'}→{v.new_throttle or '?'}"
+    # what neither side recorded (a CPU run has no SM clock or throttle state) is left out
+    state = []
+    if v.base_clock or v.new_clock:
+        state.append(f"SM clock {v.base_clock or '?'}→{v.new_clock or '?'} MHz")
+    if v.base_throttle or v.new_throttle:
+        state.append(f"throttle: {v.base_throttle or '?'}→{v.new_throttle or '?'}")
+    if state:
+        line += "; " + ", ".join(state)
     if v.reason:
         line += f" — {v.reason}"
     return line

@@ -45,6 +45,8 @@ class Fp4Session:
     #: the candidate's path when the user's own --benchmark-json is kept and the candidate is a copy
     copy_to: Path | None = None
     _result: Any = None  # the end-of-run comparison, made once
+    #: whether the saved run is clean enough to become a baseline (``json_section``; None: not saved)
+    clean: bool | None = None
 
     def setup(self) -> None:
         """Lazy: only a session that collects fp4 cases touches torch.cuda and the baseline."""
@@ -157,12 +159,24 @@ class Fp4Session:
             benches.append({"group": None, "name": rec.name, "fullname": name, "params": None, "param": None,
                             "extra_info": rec.extra_info, "options": {},
                             "stats": {**stats.as_dict(), "iterations": 1, "data": list(rec.samples)}})
-        fd, tmp = tempfile.mkstemp(prefix="fp4bench-baseline-", suffix=".json")
-        with open(fd, "w") as f:
-            json.dump({"machine_info": {}, "commit_info": {}, "benchmarks": benches, "datetime": "",
-                       "version": pytest_benchmark.__version__}, f)
-        self.config.add_cleanup(lambda: Path(tmp).unlink(missing_ok=True))
-        return Path(tmp)
+        # this machine's machine_info: pytest-benchmark warns (a 2,000-character line) when the
+        # compared file's differs, and a slim file keeps none; the fp4bench fingerprint, checked
+        # and reported in the verdict, is what says which machine the baseline is from
+        hook = self.config.hook
+        machine = hook.pytest_benchmark_generate_machine_info(config=self.config)
+        hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=machine)
+        # the baseline's own path under a temporary folder: pytest-benchmark prints "Comparing
+        # against benchmarks from: <this path>", which then ends in the real file's path
+        folder = Path(tempfile.mkdtemp(prefix="fp4bench-slim-copy-"))
+        real = Path(self.baseline.source).resolve()
+        tmp = folder.joinpath(*real.parts[1:])
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"machine_info": machine, "commit_info": {}, "benchmarks": benches, "datetime": "",
+                                   "version": pytest_benchmark.__version__}))
+        import shutil
+
+        self.config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+        return tmp
 
     def route_json(self, save: str) -> None:
         """--fp4-save-baseline: pytest-benchmark writes its JSON (raw samples) where we say."""
@@ -332,6 +346,7 @@ class Fp4Session:
         sweep = {**(self.sweep.to_dict() if self.sweep else {}), **self.measurement()}
         if test_only:
             sweep["test_only"] = test_only
+        self.clean = clean
         section = make_section(self.fingerprint, self.availability, sweep, clean=clean, verdicts=verdicts)
         if self.health:
             section["context_health"] = self.health
