@@ -149,8 +149,9 @@ COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, 
     ("zero baseline", None, lambda: _with_data(_file(_runs()), [0.0] * 30), [], 2, "invalid sample(s)"),
     ("too few samples, 2x slower", lambda: _file(_runs(2.0, n=3)), None, [], 1,
      "too few samples (baseline 30, current 3; need >= 5)"),
-    ("too few samples accepted", lambda: _file(_runs(2.0, n=3)), None, ["--allow-ambiguous"], 0,
-     "too few samples"),
+    ("too few samples accepted", lambda: _file(_runs(2.0, n=3)), None, ["--allow-ambiguous"], 3,
+     "INCOMPLETE: nothing judged: judged 0 of 2 expected benchmarks (2 compared, not judged: INVALID or too few "
+     "samples)"),
     ("clock anomaly everywhere", lambda: _file(_runs(2.0, extra={"clock_anomaly": "SM clock 345 MHz"})), None, [],
      1, "current run clock anomaly: SM clock 345 MHz; timing not judged"),
     ("noise-k nan", None, None, ["--noise-k", "nan"], 2, "Policy.noise_k must be a finite number >= 0, got nan"),
@@ -266,7 +267,7 @@ APPROVE_ROWS: list[tuple[str, Callable[[], dict], list[str], int, str]] = [
     ("other L2 mode than the approved", lambda: _file(_runs(), sweep={"l2": "hot"}), [], 2, "l2="),
     ("test-only backend, even forced", lambda: _file(_runs(), sweep={"test_only": SLOWED}), ["--force"], 2,
      "its run measured test-only backends (torch-bf16: torch-bf16 (torch.mm + test-only slowdown 0.05)); "
-     "a test of the gate can never be approved, not even with force"),
+     "a test of the gate can never be approved, not even with --force"),
     ("poisoned context", lambda: _file(_runs(), clean=False), [], 2, "its run was not clean"),
     ("integer sample beyond the float range", lambda: _with_data(_file(_runs()), [10 ** 400] * 30), [], 2,
      "cand.json: benchmark 'b::t[0]' has 30 invalid sample(s)"),
@@ -297,7 +298,7 @@ def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
     approved = _approved(tmp_path)
     c = _put(tmp_path, "cand.json", _file(_runs(names=NAMES[:1])))
     rc, _, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root")])
-    assert rc == 2 and f"approving would stop gating them (use force to shrink the baseline):\n  {NAMES[1]}" in err
+    assert rc == 2 and f"approving would stop gating them (--force to shrink the baseline):\n  {NAMES[1]}" in err
     rc, out, _ = _cli(capsys, ["baseline", "approve", c, "--baselines", str(tmp_path / "root"), "--force"])
     assert rc == 0 and f"no longer gated (1 benchmarks of the previous baseline):\n  {NAMES[1]}" in out
     assert json.loads(approved.read_text())["approval"]["forced"] is True
@@ -562,7 +563,8 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("baseline with too few samples", ["--fp4-baseline", "base.json"], _base_few_samples, 1,
      "too few samples (baseline 3, current"),
-    ("... accepted", ["--fp4-baseline", "base.json", "--fp4-allow-ambiguous"], _base_few_samples, 0, "AMBIGUOUS"),
+    ("... accepted, but nothing judged", ["--fp4-baseline", "base.json", "--fp4-allow-ambiguous"], _base_few_samples,
+     3, "→ INCOMPLETE: nothing judged"),
     ("AMBIGUOUS made to fail", ["--fp4-baseline", "base.json", "--fp4-fail-on-ambiguous"], "noisy-fast", 1,
      "AMBIGUOUS test_fp4_gemm.py::test_dense[torch-bf16-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]: "),
     ("... passes by default", ["--fp4-baseline", "base.json"], "noisy-fast", 0, "AMBIGUOUS"),
@@ -691,8 +693,9 @@ def test_slowdown_wrapper_is_recorded_and_never_approved(bench, capsys, monkeypa
     monkeypatch.setenv("FP4BENCH_SLOWDOWN", "torch-bf16=0.05")
     res = bench.runpytest(*BF16, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-save-baseline", "inj.json")
     assert res.ret == 0, res.stdout.str()
-    assert ("this run measured test-only backends (torch-bf16): it is recorded and can never be approved"
-            in res.stdout.str())
+    assert ("this run measured test-only backends (torch-bf16): it is recorded in inj.json and can never be "
+            "approved" in res.stdout.str())
+    assert "approve it with" not in res.stdout.str()  # no hint that contradicts the line above
     sec = json.loads((bench.path / "inj.json").read_text())["fp4bench"]
     assert sec["sweep"]["test_only"] == {"torch-bf16": "torch-bf16 (torch.mm / torch._grouped_mm + test-only "
                                                        "slowdown 0.05)"}

@@ -85,15 +85,15 @@ def test_baseline_approve_refuses_a_dirty_run_unless_forced(tmp_path, capsys):
 
     assert main(["baseline", "approve", str(dirty), "--baselines", str(root), "--force"]) == 0
     approved = root / "nvidia-h200" / "approved.json"
-    assert capsys.readouterr().out.strip() == (f"approved: {approved} (slim format; the file it replaced is in "
-                                               "git's history)")
+    assert capsys.readouterr().out.strip() == (f"approved: {approved} (slim format; the first approved baseline "
+                                               "of this GPU)")  # nothing was replaced
     approval = json.loads(approved.read_text())["approval"]
     assert approval["forced"] is True and approval["from"] == str(dirty)
 
     # a clean run replaces it without force
     clean = _candidate(tmp_path, "clean.json", clean=True)
     assert main(["baseline", "approve", str(clean), "--baselines", str(root)]) == 0
-    capsys.readouterr()
+    assert "the file it replaced is in git's history" in capsys.readouterr().out
     assert json.loads(approved.read_text())["approval"]["forced"] is False
     assert not (root / "nvidia-h200" / "history").exists()
 

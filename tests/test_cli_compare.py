@@ -43,8 +43,10 @@ def test_exit_1_on_regression(tmp_path, capsys):
 
 def test_missing_fails_unless_allowed(tmp_path, capsys):
     b, n = run_pair(tmp_path, [1.0, 1.0, 1.0], drop=(NAMES[2],))
-    assert compare_main([str(b), str(n)]) == 1
-    assert "MISSING (1)" in capsys.readouterr().out
+    assert compare_main([str(b), str(n)]) == 3  # fewer judged than expected: incomplete
+    out = capsys.readouterr().out
+    assert "MISSING (1)" in out
+    assert out.rstrip().endswith("→ INCOMPLETE: judged 2 of 3 expected benchmarks (1 MISSING) (exit 3)")
     assert compare_main([str(b), str(n), "--allow-missing"]) == 0
 
 

@@ -111,7 +111,8 @@ def test_after_x_the_cases_not_run_are_not_reached_not_missing(bench):
     assert "NOT REACHED (1, 1 of them in the baseline) — not run, neither renamed nor removed; not judged:" in out
     assert f"\n  {GATE_IDS[1]}\n" in out
     data = json.loads((bench.path / "v.json").read_text())
-    assert data["incomplete"] == {"not_run": [GATE_IDS[1]], "allowed": False} and data["exit_code"] == 1
+    assert data["coverage"]["not_reached"] == [GATE_IDS[1]] and data["exit_code"] == 1  # the FAIL wins
+    assert "cannot pass the gate (exit 3)" not in out  # the exit is the regression's
 
 
 # a stop with exit status 0 and no failure (as a plugin or a conftest calling pytest.exit may do):
@@ -130,8 +131,9 @@ def test_a_stop_without_failures_still_fails_the_gate_unless_allowed(bench):
     res = bench.runpytest(*GATE, "--fp4-baseline", "base.json")
     out = res.stdout.str()
     assert res.parseoutcomes().get("passed") == 1 and "failed" not in res.parseoutcomes()
-    assert res.ret == 1, out  # every case that ran passed, but half the gate was never run
-    assert "an incomplete run cannot pass the gate (exit 1); --fp4-allow-missing judges only what ran" in out
+    assert res.ret == 3, out  # every case that ran passed, but half the gate was never run: incomplete
+    assert "an incomplete run cannot pass the gate; --fp4-allow-missing judges only what ran" in out
+    assert "→ INCOMPLETE: judged 1 of 2 expected benchmarks (1 not reached) (exit 3)" in out
     assert "MISSING" not in out
     res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "--fp4-allow-missing")
     assert res.ret == 0, res.stdout.str()

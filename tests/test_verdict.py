@@ -201,7 +201,13 @@ def test_too_few_samples_is_ambiguous():
     assert v.status is Status.AMBIGUOUS and "too few samples" in v.reason and v.undecided
     assert res.exit_code == 1  # no verdict could be reached: not a pass ...
     _, res = one(np.random.default_rng(8), 1.5, n=3, policy=Policy(allow_ambiguous=True))
-    assert res.exit_code == 0  # ... unless explicitly accepted
+    assert res.exit_code == 3  # accepted, but the only benchmark was not judged: nothing was
+    rng = np.random.default_rng(8)
+    base = make_baseline([bench_entry("b::t[x]", samples(rng, MED, 0.01, 3)),
+                          bench_entry("b::t[y]", samples(rng, MED, 0.01, 30))])
+    cur = {"b::t[x]": (samples(rng, MED * 1.5, 0.01, 3), {}), "b::t[y]": (samples(rng, MED, 0.01, 30), {})}
+    res = compare(base, cur, policy=Policy(allow_ambiguous=True))
+    assert res.exit_code == 0  # ... with something judged, explicitly accepted
 
 
 def test_sample_count_that_can_never_reach_significance_is_explained():
@@ -224,7 +230,8 @@ def test_missing_new_and_exit_codes():
     res = compare(base, cur)
     st_ = {v.name: v.status for v in res.verdicts}
     assert st_ == {"t[0]": Status.PASS, "t[1]": Status.PASS, "t[2]": Status.MISSING, "t[9]": Status.NEW}
-    assert res.exit_code == 1
+    assert res.exit_code == 3  # fewer judged than expected: incomplete, its own code
+    assert res.coverage.judged == ("t[0]", "t[1]") and res.coverage.missing == ("t[2]",)
     assert compare(base, cur, policy=Policy(allow_missing=True)).exit_code == 0
 
 
@@ -238,7 +245,8 @@ def test_renamed_benchmark_is_one_missing_plus_one_new():
         ("b::test_moe[m64]", Status.MISSING),
         ("b::test_moe_fp4[m64]", Status.NEW),
     ]
-    assert res.exit_code == 1
+    assert res.exit_code == 3  # nothing judged
+    assert compare(base, cur, policy=Policy(allow_missing=True)).exit_code == 3  # never allowed when empty
 
 
 def test_lost_tactic_fails_and_new_tactic_is_reported():
@@ -270,7 +278,7 @@ def test_throttled_run_is_invalid_under_the_invalid_policy():
     assert res.exit_code == 1  # INVALID fails unless accepted
     _, res = one(np.random.default_rng(13), 1.25, new_extra={"throttled": True},
                  policy=Policy(throttle="invalid", allow_ambiguous=True))
-    assert res.exit_code == 0
+    assert res.exit_code == 3  # accepted, but nothing was judged
 
 
 def test_throttled_run_is_judged_and_reported_by_default():

@@ -95,7 +95,8 @@ def _baseline(argv: Sequence[str]) -> int:
     except BaselineError as exc:
         print(f"fp4bench baseline {args.cmd}: {exc}", file=sys.stderr)
         return 2
-    print(f"approved: {res.approved} (slim format; the file it replaced is in git's history)")
+    print(f"approved: {res.approved} (slim format; "
+          + ("the file it replaced is in git's history)" if res.replaced else "the first approved baseline of this GPU)"))
     if res.dropped:
         print(f"no longer gated ({len(res.dropped)} benchmarks of the previous baseline):")
         print("\n".join(f"  {n}" for n in res.dropped))

@@ -1,7 +1,8 @@
 """``fp4bench compare BASE.json NEW.json``: the regression gate between two saved runs.
 
 Unlike ``pytest-benchmark compare`` it has an exit code (pytest-benchmark issue #273):
-0 = no regression, 1 = regression, 2 = usage error / incompatible GPU / unusable file.
+0 = no regression, 1 = regression, 2 = usage error / incompatible GPU / unusable file,
+3 = incomplete: nothing judged, or fewer baseline benchmarks than expected (``gate.coverage``).
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import sys
 from typing import Sequence
 
 from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
+from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, Scope
 from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy, compare
-from fp4bench.linelog import is_line_log, read_line_log, unreached_report, without_unreached
+from fp4bench.linelog import is_line_log, read_line_log, unreached_report
 from fp4bench.options import GATE, add_options, policy_kwargs
 from fp4bench.outputs import OutputError, check_outputs, write_atomic
 from fp4bench.report import verdict_table
 from fp4bench.reporting.machine import step_summary_path
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+# EXIT_OK 0, EXIT_REGRESSION 1 and EXIT_INCOMPLETE 3 are the gate's decisions (gate.coverage)
+EXIT_USAGE = 2
+__all__ = ["EXIT_INCOMPLETE", "EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "compare_main"]
 PROG = "fp4bench compare"
 
 
@@ -37,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Compare two fp4bench result files (pytest-benchmark JSON with raw samples) "
         "with a noise-aware, multiple-comparison-corrected gate.",
-        epilog="exit status: 0 no regression, 1 regression, 2 usage error / incompatible GPU / bad file",
+        epilog="exit status: 0 no regression, 1 regression, 2 usage error / incompatible GPU / bad file, "
+               "3 incomplete (nothing judged, or fewer benchmarks than the baseline expects)",
     )
     ap.add_argument("base", help="baseline file (e.g. baselines/<gpu>/approved.json)")
     ap.add_argument("new", help="current run's --benchmark-json file, or its line log (*.lines.jsonl; "
@@ -79,11 +84,9 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        base = full_base = load_baseline(args.base)
+        base = load_baseline(args.base)
         logged = read_line_log(args.new) if is_line_log(args.new) else None
         new = logged.run if logged is not None else load_baseline(args.new)
-        if logged is not None:
-            base = without_unreached(base, logged)
         result = compare(
             base,
             new.as_current(),
@@ -91,6 +94,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
             policy=policy,
             current_fingerprint=new.fingerprint,
             current_sweep=new.sweep,
+            scope=Scope(not_reached=tuple(logged.not_reached) if logged is not None else ()),
         )
     except IncompatibleBaseline as e:
         print(f"{PROG}: incompatible baseline: {e}", file=sys.stderr)
@@ -98,13 +102,13 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # BaselineError, or bad values inside a file (e.g. noise_floor)
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    emit_outputs(result, args.base, args.json, args.markdown)
     if logged is not None and logged.partial:
-        _print_safely(unreached_report(logged, full_base))
+        _print_safely(unreached_report(logged, base).lstrip("\n"))
         if logged.not_reached and not args.allow_missing:
-            _print_safely("a partial run cannot pass the gate (exit 1); --allow-missing judges only what it reached")
-            return EXIT_REGRESSION
-    return EXIT_REGRESSION if result.exit_code else EXIT_OK
+            _print_safely(f"a partial run cannot pass the gate (exit {EXIT_INCOMPLETE}); "
+                          "--allow-missing judges only what it reached")
+    emit_outputs(result, args.base, args.json, args.markdown)
+    return result.exit_code
 
 
 def emit_outputs(result, base: str, json_path: str | None, md_path: str | None) -> None:

@@ -175,15 +175,6 @@ def _one_run(path: Path, records: list) -> None:
                         "keep each run in its own file")
 
 
-def without_unreached(baseline: Baseline, logged: LoggedRun) -> Baseline:
-    """``baseline`` less the benchmarks the logged run never reached: those are reported as
-    not reached, not judged as MISSING (which would read as renamed or removed)."""
-    import dataclasses
-
-    skip = set(logged.not_reached)
-    return dataclasses.replace(baseline, benchmarks={k: v for k, v in baseline.benchmarks.items() if k not in skip})
-
-
 def unreached_report(logged: LoggedRun, baseline: Baseline) -> str:
     """The lines a partial run adds under the verdict table."""
     if not logged.partial:

@@ -79,6 +79,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "it needs --fp4-isolate")
     compare = config.getoption("benchmark_compare", default=None)
     explicit = config.getoption("fp4_baseline")
+    for flag, value in (("--fp4-baseline", explicit), ("--benchmark-compare", compare)):
+        if isinstance(value, str) and not value.strip():  # "" would run ungated and pass
+            raise pytest.UsageError(f"fp4bench: {flag} {value!r}: empty baseline path (give a file, or leave "
+                                    "the option out to run ungated)")
     # pytest-xdist workers neither write the JSON nor gate; the controller does
     save = None if hasattr(config, "workerinput") else _save_option(config)
     try:
@@ -234,11 +238,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if st.baseline is None or not st.ready:
         return
     result = st.final_compare()
-    from fp4bench.plugin_console import not_run
+    from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_REGRESSION
 
-    incomplete = bool(not_run(session.config)) and not st.policy.allow_missing
-    if (result.exit_code != 0 or incomplete) and session.exitstatus == 0:
+    # the gate's decision where pytest saw nothing wrong (or, with -k, nothing to run): a
+    # regression exits 1, a comparison that judged nothing or less than expected 3
+    if result.exit_code == EXIT_REGRESSION and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif result.exit_code == EXIT_INCOMPLETE and session.exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = EXIT_INCOMPLETE
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -268,5 +275,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if path is not None:
         if st.test_only():
             tr.write_line(f"fp4bench: this run measured test-only backends ({', '.join(st.test_only())}): "
-                          "it is recorded and can never be approved")
-        tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
+                          f"it is recorded in {path} and can never be approved")
+        elif st.clean is False:
+            tr.write_line(f"candidate baseline written to {path}; its run was not clean (failures, a regression, "
+                          "an incomplete or interrupted run): approve refuses it without --force")
+        else:
+            tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")

@@ -273,5 +273,5 @@ def stopped_lines(config: pytest.Config, baseline_names: Sequence[str], gating: 
         if config.getoption("fp4_allow_missing"):
             lines.append("--fp4-allow-missing: the gate judged only the cases that ran")
         else:
-            lines.append("an incomplete run cannot pass the gate (exit 1); --fp4-allow-missing judges only what ran")
+            lines.append("an incomplete run cannot pass the gate; --fp4-allow-missing judges only what ran")
     return lines

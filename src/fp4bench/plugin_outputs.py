@@ -65,12 +65,7 @@ def write_outputs(st: Any, result: Any, echo: Callable[[str], None]) -> None:
         if result is None:
             echo("fp4bench: --fp4-verdict-json: no baseline active (use --benchmark-compare), nothing written")
         else:
-            data = verdict_json(result, base)
-            if gone:
-                data["incomplete"] = {"not_run": gone, "allowed": bool(opt("fp4_allow_missing"))}
-                if not opt("fp4_allow_missing"):
-                    data["exit_code"] = max(1, data["exit_code"])
-                    data["outcome"] = "incomplete run" if data["outcome"] == "no regression" else data["outcome"]
+            data = verdict_json(result, base)  # a stopped run's cases are in its coverage (not reached)
             _write(st, "--fp4-verdict-json", json.dumps(data, indent=1) + "\n", "verdict JSON", echo)
     if opt("fp4_csv"):
         _write(st, "--fp4-csv", results_csv(_csv_rows(st), {v.name: v for v in result.verdicts}

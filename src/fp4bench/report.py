@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from fp4bench.gate.coverage import EXIT_INCOMPLETE, OUTCOME, collapsed
 from fp4bench.gate.power import PowerRow
 from fp4bench.gate.verdict import (KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, CompareResult, Policy, Status,
                                    Verdict, other_unit)
@@ -60,8 +61,14 @@ def verdict_message(v: Verdict) -> str:
     line = f"{head}: {format_seconds(v.base_median)} → {format_seconds(v.new_median)}"
     if parts:
         line += f" ({', '.join(parts)})"
-    line += f"; SM clock {v.base_clock or '?'}→{v.new_clock or '?'} MHz"
-    line += f", throttle: {v.base_throttle or '?'}→{v.new_throttle or '?'}"
+    # what neither side recorded (a CPU run has no SM clock or throttle state) is left out
+    state = []
+    if v.base_clock or v.new_clock:
+        state.append(f"SM clock {v.base_clock or '?'}→{v.new_clock or '?'} MHz")
+    if v.base_throttle or v.new_throttle:
+        state.append(f"throttle: {v.base_throttle or '?'}→{v.new_throttle or '?'}")
+    if state:
+        line += "; " + ", ".join(state)
     if v.reason:
         line += f" — {v.reason}"
     return line
@@ -153,8 +160,9 @@ def verdict_table(result: CompareResult) -> str:
     lines.append("")
     header = ["verdict", "benchmark", "base", "now", "Δ", "p_adj", "noise", "notes"]
     rows = []
-    collapsed = sub_floor_ambiguous(result)
-    shown = [v for v in result.sorted() if v not in collapsed]
+    sub_floor = sub_floor_ambiguous(result)
+    many_missing = len(result.by_status(Status.MISSING)) > LIST_LIMIT
+    shown = [v for v in result.sorted() if v not in sub_floor and not (many_missing and v.status is Status.MISSING)]
     # what every row shares is said once above the table: the test file of the names, notes
     # over every verdict's name, so a table of one row (the rest collapsed) still uses it
     prefix = common_prefix([v.name for v in result.verdicts])
@@ -184,14 +192,20 @@ def verdict_table(result: CompareResult) -> str:
         )
     lines += fit_table(header, rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
 
-    if collapsed:
-        lines += [""] + wrap_line(_collapsed_note(collapsed, p.floor, prefix=prefix))
+    if sub_floor:
+        lines += [""] + wrap_line(_collapsed_note(sub_floor, p.floor, prefix=prefix))
     for status, what in ((Status.MISSING, "in the baseline, not measured now"), (Status.NEW, "new, no baseline")):
         items = result.by_status(status)
         if items:
             lines.append("")
             lines.append(f"{status.value} ({len(items)}) — {what}:")
-            lines += [f"  {v.name}" + (f"  [{v.kind}]" if v.kind != "timing" else "") for v in items]
+            if len(items) > LIST_LIMIT and result.coverage is not None:
+                group = result.coverage.group
+                for line in collapsed([v.name for v in items], group, prefix):
+                    lines += wrap_line(line, indent=4)
+            else:
+                lines += [f"  {v.name}" + (f"  [{v.kind}]" if v.kind != "timing" else "") for v in items]
+    lines += _coverage_lines(result, prefix)
     suspects = result.suspects()
     if suspects:
         lines.append("")
@@ -207,12 +221,33 @@ def verdict_table(result: CompareResult) -> str:
     return "\n".join(lines)
 
 
+#: a list of more names than this is shown as one line per backend and model
+LIST_LIMIT = 10
+
+
+def _coverage_lines(result: CompareResult, prefix: str) -> list[str]:
+    """What was judged of what was expected, and the cases skipped on both sides (collapsed)."""
+    cov = result.coverage
+    if cov is None:
+        return []
+    lines = ["", *wrap_line(f"coverage: {cov.summary()}")]
+    if cov.skipped_both:
+        shown = ", ".join(n.removeprefix(prefix) for n in cov.skipped_both[:3])
+        more = f", ... {len(cov.skipped_both) - 3} more" if len(cov.skipped_both) > 3 else ""
+        lines += wrap_line(f"SKIPPED on both sides ({len(cov.skipped_both)}, not judged): {shown}{more}")
+    return lines
+
+
 def verdict_summary(result: CompareResult) -> str:
     """The verdict in one line, e.g. ``2 PASS, 1 FAIL → regression (exit 1)``: the table's last
-    line, and the message a failed gate test shows in pytest's short summary."""
+    line, and the message a failed gate test shows in pytest's short summary. An incomplete
+    comparison says what was expected and what was judged."""
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
-    outcome = "regression" if result.exit_code else "no regression"
-    return f"{counts or 'nothing compared'} → {outcome} (exit {result.exit_code})"
+    code = result.exit_code
+    outcome = OUTCOME[code]
+    if code == EXIT_INCOMPLETE and result.coverage is not None:
+        outcome = result.coverage.problem()
+    return f"{counts or 'no verdicts'} → {outcome} (exit {code})"
 
 
 def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:

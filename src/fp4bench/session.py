@@ -33,6 +33,8 @@ class Fp4Session:
     measured: dict[str, tuple[list[float], dict]] = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
     deselected: set[str] = field(default_factory=set)
+    #: cases skipped with no baseline timing to miss: ``{fullname: reason}``
+    skipped: dict[str, str] = field(default_factory=dict)
     failed_tests: int = 0
     usage_error: str | None = None  # a bad --fp4-* value found while parametrizing
     health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
@@ -43,6 +45,8 @@ class Fp4Session:
     #: the candidate's path when the user's own --benchmark-json is kept and the candidate is a copy
     copy_to: Path | None = None
     _result: Any = None  # the end-of-run comparison, made once
+    #: whether the saved run is clean enough to become a baseline (``json_section``; None: not saved)
+    clean: bool | None = None
 
     def setup(self) -> None:
         """Lazy: only a session that collects fp4 cases touches torch.cuda and the baseline."""
@@ -154,12 +158,24 @@ class Fp4Session:
             benches.append({"group": None, "name": rec.name, "fullname": name, "params": None, "param": None,
                             "extra_info": rec.extra_info, "options": {},
                             "stats": {**stats.as_dict(), "iterations": 1, "data": list(rec.samples)}})
-        fd, tmp = tempfile.mkstemp(prefix="fp4bench-baseline-", suffix=".json")
-        with open(fd, "w") as f:
-            json.dump({"machine_info": {}, "commit_info": {}, "benchmarks": benches, "datetime": "",
-                       "version": pytest_benchmark.__version__}, f)
-        self.config.add_cleanup(lambda: Path(tmp).unlink(missing_ok=True))
-        return Path(tmp)
+        # this machine's machine_info: pytest-benchmark warns (a 2,000-character line) when the
+        # compared file's differs, and a slim file keeps none; the fp4bench fingerprint, checked
+        # and reported in the verdict, is what says which machine the baseline is from
+        hook = self.config.hook
+        machine = hook.pytest_benchmark_generate_machine_info(config=self.config)
+        hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=machine)
+        # the baseline's own path under a temporary folder: pytest-benchmark prints "Comparing
+        # against benchmarks from: <this path>", which then ends in the real file's path
+        folder = Path(tempfile.mkdtemp(prefix="fp4bench-slim-copy-"))
+        real = Path(self.baseline.source).resolve()
+        tmp = folder.joinpath(*real.parts[1:])
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"machine_info": machine, "commit_info": {}, "benchmarks": benches, "datetime": "",
+                                   "version": pytest_benchmark.__version__}))
+        import shutil
+
+        self.config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+        return tmp
 
     def route_json(self, save: str) -> None:
         """--fp4-save-baseline: pytest-benchmark writes its JSON (raw samples) where we say."""
@@ -210,6 +226,7 @@ class Fp4Session:
             if base is not None:
                 pytest.fail(f"MISSING NOW: measured in the baseline ({self.baseline_path}), skipped now: {reason}",
                             pytrace=False)
+            self.skipped[fullname] = reason
             skip(spec, reason)
         if res_status == UNSUPPORTED:
             self.availability[key] = availability_value(False, reason)
@@ -217,6 +234,7 @@ class Fp4Session:
             if was is not None and is_ok(was):
                 pytest.fail(f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: {reason}",
                             pytrace=False)
+            self.skipped[fullname] = f"unsupported: {reason}"
             skip(spec, f"unsupported: {reason}")
         self.availability[key] = availability_value(True)
         if spec.note:
@@ -285,18 +303,18 @@ class Fp4Session:
         from fp4bench.gate.verdict import compare
 
         if self._result is None:
+            from fp4bench.gate.coverage import Scope
             from fp4bench.plugin_console import not_run
+            from fp4bench.sweep import selection_of
 
-            base = self.baseline
-            # baseline entries deselected with -k/-m are not "missing", nor are the cases a
-            # stopped run (-x, --maxfail, Ctrl-C) never reached: those are listed as not run
-            skipped = self.deselected | set(not_run(self.config))
-            if skipped:
-                import dataclasses
-
-                base = dataclasses.replace(base, benchmarks={k: v for k, v in base.benchmarks.items()
-                                                             if k not in skipped})
-            self._result = compare(base, dict(self.measured), self.availability, self.policy, self.fingerprint)
+            # what -k/-m deselected and what the given sweep options leave out is not expected;
+            # the cases a stopped run (-x, --maxfail, Ctrl-C) never reached are not reached
+            selected = None if self.sweep is None else selection_of(
+                self.sweep, lambda name: self.config.getoption("fp4_" + name, default=None))
+            scope = Scope(excluded=frozenset(self.deselected), selected=selected,
+                          not_reached=tuple(not_run(self.config)), skipped_now=dict(self.skipped))
+            self._result = compare(self.baseline, dict(self.measured), self.availability, self.policy,
+                                   self.fingerprint, scope=scope)
         return self._result
 
     def check_health(self) -> None:
@@ -327,6 +345,7 @@ class Fp4Session:
         sweep = {**(self.sweep.to_dict() if self.sweep else {}), **self.measurement()}
         if test_only:
             sweep["test_only"] = test_only
+        self.clean = clean
         section = make_section(self.fingerprint, self.availability, sweep, clean=clean, verdicts=verdicts)
         if self.health:
             section["context_health"] = self.health

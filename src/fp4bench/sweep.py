@@ -86,6 +86,38 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
                         seed=given("seed") or 0)
 
 
+#: sweep option -> (the ``extra_info`` key a measured case records it under, the option's values)
+_NARROWING: dict[str, tuple[str, Callable[[SweepOptions], Any]]] = {
+    "backends": ("backend", lambda o: o.backends),
+    "models": ("model", lambda o: o.models),
+    "kinds": ("kind", lambda o: o.kinds),
+    "batches": ("batch", lambda o: o.batches),
+    "tp": ("tp", lambda o: o.tps),
+}
+
+
+def selection_of(opts: SweepOptions, given: Callable[[str], Any]) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Whether a baseline benchmark (its ``extra_info``) lies inside the sweep options the user
+    gave (``given(name)`` not None): ``--fp4-backends torch-bf16`` leaves the other backends'
+    benchmarks out of what the run is expected to measure, as ``-k`` does. None when no given
+    option narrows. A benchmark that did not record a key is kept; the dense M sweep's rows
+    (``routing`` ``dense-sweep``, ``batch`` = M) are not narrowed by ``batches``."""
+    checks = [(key, {str(v) for v in values(opts)}) for name, (key, values) in _NARROWING.items()
+              if given(name) is not None and values(opts) is not None]
+    if not checks:
+        return None
+
+    def selected(extra: Mapping[str, Any]) -> bool:
+        for key, allowed in checks:
+            if key == "batch" and extra.get("routing") == "dense-sweep":
+                continue
+            if extra.get(key) is not None and str(extra[key]) not in allowed:
+                return False
+        return True
+
+    return selected
+
+
 def operand_bytes(problem: Problem) -> int:
     """bf16 originals + fp32 decoded copies drawn for the problem (what a CPU run must hold)."""
     return problem.operand_elements * (2 + 4)

@@ -39,6 +39,19 @@ import numpy as np
 from fp4bench.env import Fingerprint
 
 SCHEMA = 1
+#: the schema numbers this fp4bench reads (the written one included)
+SUPPORTED_SCHEMAS = (1,)
+#: the shortest time one call of a GPU kernel can take, in seconds. CUDA events, which time every
+#: GPU sample here, resolve "around 0.5 microseconds" (CUDA Runtime API, cudaEventElapsedTime),
+#: and a kernel's launch and drain on the GPU take about a microsecond even inside a CUDA graph;
+#: a CPU call pays torch's dispatch (microseconds). 1e-7 s is five times below the event
+#: resolution: no real call is refused, while 1e-30 s or a denormal (a broken timer or a corrupt
+#: file, which would make any slowdown read as a speed-up) is.
+MIN_SAMPLE_S = 1e-7
+#: the longest one call can take, in seconds: the largest GEMM of the model catalog (~2.5e12
+#: FLOP) takes milliseconds on a GPU and the per-case time budget is seconds; a minute per call is
+#: not a timing (a unit error or a corrupt file, e.g. 1e6 s)
+MAX_SAMPLE_S = 60.0
 SECTION = "fp4bench"
 #: the ``format`` value that marks a slim baseline file
 SLIM_FORMAT = "fp4bench-baseline"
@@ -219,6 +232,9 @@ def _with_section(sec: dict[str, Any], records: dict[str, BenchmarkRecord], sour
     schema = sec.get("schema")
     if not isinstance(schema, int) or isinstance(schema, bool):
         raise BaselineError(f"{source}: '{where}schema' must be an integer, got {schema!r}")
+    if schema < SCHEMA and schema not in SUPPORTED_SCHEMAS:
+        raise BaselineError(f"{source}: '{where}schema' {schema} is not a schema fp4bench wrote "
+                            f"(supported: {', '.join(map(str, SUPPORTED_SCHEMAS))})")
     if schema > SCHEMA:
         raise BaselineError(
             f"{source}: '{where.rstrip('.') or 'baseline'}' schema {schema} is newer than this fp4bench supports "
@@ -299,7 +315,8 @@ def _check_extra(extra: dict[str, Any], fullname: str, source: str) -> None:
 
 
 def check_samples(samples: Any, what: str) -> tuple[float, ...]:
-    """Raw timings as seconds: numbers, finite and > 0 (``ValueError`` naming ``what`` otherwise).
+    """Raw timings as seconds: numbers, finite and > 0, and possible for one call: between
+    ``MIN_SAMPLE_S`` and ``MAX_SAMPLE_S`` (``ValueError`` naming ``what`` and the value otherwise).
 
     A time of 0 or below, NaN/Inf, or a boolean is a broken measurement, not a fast kernel; judged,
     it would make any slowdown look like a speed-up (or leave the ratio undefined)."""
@@ -309,6 +326,10 @@ def check_samples(samples: Any, what: str) -> tuple[float, ...]:
     if bad:
         raise ValueError(f"{what} has {len(bad)} invalid sample(s) (times must be finite numbers of "
                          f"seconds > 0), e.g. [{', '.join(_short(x) for x in bad[:3])}]")
+    impossible = [x for x in samples if not MIN_SAMPLE_S <= x <= MAX_SAMPLE_S]
+    if impossible:
+        raise ValueError(f"{what} has {len(impossible)} impossible sample(s), e.g. {impossible[0]:g} s: one call "
+                         f"takes between {MIN_SAMPLE_S:g} s and {MAX_SAMPLE_S:g} s")
     return tuple(float(x) for x in samples)
 
 

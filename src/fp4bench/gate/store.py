@@ -28,6 +28,7 @@ from pathlib import Path
 from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import (SECTION, Baseline, BaselineError, IncompatibleBaseline, check_same_measurement,
                                     describe_test_only, load_baseline, test_only_backends, write_slim)
+from fp4bench.gate.verdict import INVALID_FLAGS
 
 APPROVED = "approved.json"
 CANDIDATES = "candidates"
@@ -41,6 +42,8 @@ class Approval:
     approved: Path
     dropped: tuple[str, ...] = ()
     added: tuple[str, ...] = ()
+    #: an approved file was there before (False: the model's first approval)
+    replaced: bool = False
 
 
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -183,39 +186,53 @@ def approve(
     or no record of either — unless ``force``: a regressed run must never silently become the
     reference it is judged against. Also unless ``force``: a candidate with fewer benchmarks than
     the baseline it replaces (a ``-k`` subset would silently shrink what is gated; the error lists
-    them) or timed another way (L2 mode, timer). Never, even forced: a run that measured
-    test-only backends (a test of the gate). The GPU folder comes from the fingerprint's GPU name.
+    them), timed another way (L2 mode, timer), of another compute capability than the baseline
+    it replaces (the same GPU name on another architecture), or with benchmarks whose timing the
+    gate calls INVALID (``clock_anomaly``/``invalid``: every later comparison of them is INVALID,
+    so they would stay ungated). Never, even forced: a run that measured test-only backends (a test
+    of the gate), or one whose every benchmark is INVALID (a baseline that judges nothing). The
+    GPU folder comes from the fingerprint's GPU name.
     """
     cand = load_baseline(candidate)
     found = test_only_backends(cand.sweep)
     if found:
         raise BaselineError(f"{candidate}: its run measured test-only backends ({describe_test_only(found)}); "
-                            "a test of the gate can never be approved, not even with force")
+                            "a test of the gate can never be approved, not even with --force")
+    invalid = [n for n, r in cand.benchmarks.items() if any(r.extra_info.get(k) for k in INVALID_FLAGS)]
+    if invalid and len(invalid) == len(cand.benchmarks):
+        raise BaselineError(f"{candidate}: every one of its {len(invalid)} benchmarks is flagged "
+                            f"{'/'.join(INVALID_FLAGS)} (timings the gate does not judge); a baseline of them "
+                            "would judge nothing, so it can never be approved, not even with --force")
     fails = cand.verdicts.get("FAIL", 0)
     if not force:
+        if invalid:
+            raise BaselineError(f"{candidate}: {len(invalid)} of its {len(cand.benchmarks)} benchmarks are flagged "
+                                f"{'/'.join(INVALID_FLAGS)}; the gate would never judge them against this "
+                                f"baseline (re-measure, or --force to approve the rest):{_listing(tuple(invalid))}")
         if cand.clean is None:
             raise BaselineError(
                 f"{candidate}: does not record whether its run was clean ('{SECTION}.clean'); "
-                "refusing to approve (use force to override)"
+                "refusing to approve (--force to override)"
             )
         if cand.clean is False or fails:
             raise BaselineError(
                 f"{candidate}: its run was not clean (verdicts {cand.verdicts or 'n/a'}, "
                 f"clean={cand.clean}); refusing to approve a regressed or failing run "
-                "(use force to override)"
+                "(--force to override)"
             )
     dest = approved_path(root, cand.fingerprint.gpu_slug)
     if dest.exists() and dest.resolve() == Path(candidate).resolve():
         raise BaselineError(f"{candidate} is already the approved baseline")
     dropped: tuple[str, ...] = ()
     added: tuple[str, ...] = ()
+    replaced = dest.exists()
     if dest.exists():
         try:
             old = load_baseline(dest)
         except BaselineError as e:
             if not force:
                 raise BaselineError(f"the approved baseline it would replace is unusable ({e}); "
-                                    "use force to replace it") from None
+                                    "--force to replace it") from None
         else:
             dropped, added = _coverage_change(old, cand)
             if not force:
@@ -223,15 +240,20 @@ def approve(
                     raise BaselineError(
                         f"{candidate}: has {len(cand.benchmarks)} benchmarks, {len(dropped)} of the "
                         f"{len(old.benchmarks)} in {dest} are not in it; approving would stop gating "
-                        f"them (use force to shrink the baseline):{_listing(dropped)}")
+                        f"them (--force to shrink the baseline):{_listing(dropped)}")
                 try:
                     check_same_measurement(old.sweep, cand.sweep)
                 except IncompatibleBaseline as e:
-                    raise BaselineError(f"{candidate}: replacing {dest}: {e} (use force)") from None
+                    raise BaselineError(f"{candidate}: replacing {dest}: {e} (--force to override)") from None
+                cc_old, cc_new = old.fingerprint.compute_capability, cand.fingerprint.compute_capability
+                if cc_old != cc_new:
+                    raise BaselineError(f"{candidate}: replacing {dest}: its run is compute capability {cc_new}, "
+                                        f"the approved baseline {cc_old} (same GPU name, another architecture); "
+                                        "--force to override")
     approved = dataclasses.replace(cand, source=str(dest),
                                    approval={"from": str(candidate), "at": _utc_stamp(now), "forced": bool(force)})
     write_slim(approved, dest)
-    return Approval(dest, dropped, added)
+    return Approval(dest, dropped, added, replaced)
 
 
 def migrate(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:

@@ -69,6 +69,8 @@ from scipy import stats
 from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import (Baseline, BenchmarkRecord, check_compatible, check_same_measurement,
                                     check_samples, is_ok)
+from fp4bench.gate.coverage import (EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, Coverage, Scope, account, group_of,
+                                    narrow)
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution * this = its sigma
 INVALID_FLAGS = ("clock_anomaly", "invalid")
@@ -502,6 +504,8 @@ class CompareResult:
     changes: list[tuple[str, Any, Any]] = field(default_factory=list)
     baseline_fingerprint: Fingerprint | None = None
     current_fingerprint: Fingerprint | None = None
+    #: what was judged against what was expected (``compare`` always sets it)
+    coverage: Coverage | None = None
 
     def by_status(self, status: Status) -> list[Verdict]:
         return [v for v in self.verdicts if v.status is status]
@@ -520,9 +524,25 @@ class CompareResult:
         return [v for v in self.verdicts if self.is_failure(v)]
 
     @property
+    def regressions(self) -> list[Verdict]:
+        """The failures that are verdicts on what was measured (MISSING is a coverage gap)."""
+        return [v for v in self.failures if v.status is not Status.MISSING]
+
+    @property
+    def incomplete(self) -> bool:
+        """Nothing judged, or fewer than expected without ``allow_missing`` (``coverage``)."""
+        if self.coverage is None:
+            return bool(self.failures) and not self.regressions
+        return self.coverage.incomplete
+
+    @property
     def exit_code(self) -> int:
-        """0 = no regression, 1 = regression (FAIL, lost tactic, MISSING unless allowed)."""
-        return 1 if self.failures else 0
+        """``EXIT_REGRESSION`` (1) for a FAIL, lost tactic or a failing undecided verdict among what
+        was measured; else ``EXIT_INCOMPLETE`` (3) when nothing, or less than expected, was judged;
+        else ``EXIT_OK`` (0). A regression wins: it is a finding about what did run."""
+        if self.regressions:
+            return EXIT_REGRESSION
+        return EXIT_INCOMPLETE if self.incomplete else EXIT_OK
 
     @property
     def clean(self) -> bool:
@@ -590,9 +610,12 @@ def compare(
     policy: Policy = Policy(),
     current_fingerprint: Fingerprint | None = None,
     current_sweep: Mapping[str, Any] | None = None,
+    scope: Scope = Scope(),
 ) -> CompareResult:
     """Judge every benchmark of ``current`` (``{fullname: (samples_s, extra_info)}``) against
     ``baseline`` with Holm–Bonferroni over the compared set; plus availability regressions.
+    ``scope`` says what the run selected and reached: the baseline's benchmarks outside it are
+    not expected, those it never reached are not judged; both are counted in ``coverage``.
 
     Raises ``IncompatibleBaseline`` when ``current_fingerprint`` is a different GPU model, or
     ``current_sweep`` was timed another way (L2 mode, timer) than the baseline.
@@ -603,6 +626,11 @@ def compare(
     if current_fingerprint is not None:
         changes = check_compatible(baseline.fingerprint, current_fingerprint)
         policy = for_changes(policy, changes, baseline.fingerprint, current_fingerprint)
+    full = baseline
+    expected, not_selected = narrow(full.benchmarks, scope.excluded, None if scope.selected is None else
+                                    (lambda n: scope.selected(full.benchmarks[n].extra_info)))
+    unreached = set(scope.not_reached) - set(current)
+    baseline = replace(full, benchmarks={n: full.benchmarks[n] for n in expected if n not in unreached})
 
     verdicts: dict[str, Verdict] = {}
     judged: list[tuple[str, _Assessment, BenchmarkRecord, Mapping[str, Any]]] = []
@@ -653,7 +681,12 @@ def compare(
     ] + lost_kernel_verdicts(baseline, current)
     if availability_now is not None:
         ordered += availability_verdicts(baseline.availability, availability_now)
-    return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint)
+    decided = {n for n in baseline.benchmarks if verdicts[n].status is not Status.MISSING
+               and not verdicts[n].undecided and verdicts[n].kind != KERNEL_CHANGE}
+    coverage = account(expected, set(current), decided, unreached, not_selected,
+                       [n for n in scope.skipped_now if n not in full.benchmarks], policy.allow_missing,
+                       {n: group_of(r.extra_info) for n, r in full.benchmarks.items()})
+    return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint, coverage)
 
 
 def availability_verdicts(before: Mapping[str, str], now: Mapping[str, str]) -> list[Verdict]:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from fp4bench.gate.coverage import OUTCOME
 from fp4bench.gate.verdict import CompareResult, Status, Verdict
 from fp4bench.report import delta_spread, describe_changes, format_p, format_seconds
 
@@ -38,8 +39,9 @@ def verdict_json(result: CompareResult, baseline: str | None = None) -> dict[str
         "schema": VERDICT_SCHEMA,
         "baseline": baseline,
         "exit_code": result.exit_code,
-        "outcome": "regression" if result.exit_code else "no regression",
+        "outcome": OUTCOME[result.exit_code],
         "counts": result.counts(),
+        "coverage": result.coverage.to_dict() if result.coverage is not None else None,
         "changes": [{"key": k, "old": o, "new": n} for k, o, n in result.changes],
         "policy": {"floor": p.floor, "drift": p.drift, "alpha": p.alpha, "noise_k": p.noise_k,
                    "min_samples": p.min_samples, "allow_missing": p.allow_missing,
@@ -56,10 +58,11 @@ def _md_escape(s: str) -> str:
 def verdict_markdown(result: CompareResult, baseline: str | None = None, limit: int = 60) -> str:
     """A GitHub-flavoured markdown verdict: outcome line, counts, what changed, then a table with
     FAIL and MISSING first (``limit`` rows; passes beyond it are only counted)."""
-    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n) or "nothing compared"
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n) or "no verdicts"
     icon = "❌" if result.exit_code else "✅"
-    lines = [f"### {icon} fp4bench: {'regression' if result.exit_code else 'no regression'} "
-             f"(exit {result.exit_code})", "", f"**{counts}**", ""]
+    lines = [f"### {icon} fp4bench: {OUTCOME[result.exit_code]} (exit {result.exit_code})", "", f"**{counts}**", ""]
+    if result.coverage is not None:
+        lines += [f"- coverage: {_md_escape(result.coverage.summary())}"]
     if baseline:
         lines.append(f"- baseline: `{baseline}`")
     lines.append(f"- what changed: {describe_changes(result.changes)}")
