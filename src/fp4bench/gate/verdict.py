@@ -399,7 +399,7 @@ def _timing_status(a: _Assessment, policy: Policy, budget_left: bool) -> tuple[S
     band = math.expm1(settings.threshold) * 100
     where = f"Δ {est.pct:+.1f}% in [{lo:+.1f}%, {hi:+.1f}%] over {est.n_base}+{est.n_new} windows"
     if d is rule.Decision.FAIL:
-        if est.lo >= settings.threshold:
+        if est.lo >= settings.threshold and est.n_new >= settings.min_new_for_fail:
             return Status.FAIL, f"{where}: slower beyond the {band:.1f}% guard band below the floor", False, False
         return Status.FAIL, f"{where}: at least twice the floor, every new window slower than every base one", \
             False, False
@@ -408,6 +408,9 @@ def _timing_status(a: _Assessment, policy: Policy, budget_left: bool) -> tuple[S
         return Status.PASS, ("improved" if better else ""), better, False
     if d is rule.Decision.MORE:
         return Status.AMBIGUOUS, f"{where}: undecided, another window wanted", False, True
+    if est.lo >= settings.threshold:
+        return Status.AMBIGUOUS, (f"{where}: slower beyond the {band:.1f}% guard band, but a FAIL needs "
+                                  f"{settings.min_new_for_fail} independent new windows"), False, False
     return Status.AMBIGUOUS, f"{where}: neither shown to reach nor to stay below the {band:.1f}% guard band", \
         False, False
 
