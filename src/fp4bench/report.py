@@ -229,8 +229,9 @@ def verdict_summary(result: CompareResult) -> str:
 
 def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:
     """``fp4bench power``'s rows (``gate.power``) as a text table, with the policy that produced them."""
-    head = (f"gate: floor {policy.floor * 100:g}%, drift {policy.drift * 100:g}%, alpha {policy.alpha:g}, "
-            f"noise k {policy.noise_k:g}")
+    rs = policy.rule_settings()
+    head = (f"gate: floor {policy.floor * 100:g}%, guard band {math.expm1(rs.threshold) * 100:.2g}%, "
+            f"bounds {rs.confidence:g} (FAIL) / {rs.pass_confidence:g} (PASS) on window medians")
     lines = [head, f"{'slowdown':>9} {'FAIL':>11} {'rate':>6} {'AMBIGUOUS':>9} {'PASS':>5} {'other':>5} "
                    f"{'median Δ':>9}"]
     for r in rows:
