@@ -277,6 +277,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for line in stopped_lines(config, list(st.baseline.benchmarks) if st.baseline is not None else [],
                               gating=st.baseline is not None):
         tr.write_line(line)
+    for name, why in st.window_errors:
+        tr.write_line(f"fp4bench: a further window of {name} could not be measured ({why}); the run is not clean")
     from fp4bench.plugin_outputs import write_outputs
 
     write_outputs(st, st.final_compare() if st.baseline is not None else None, tr.write_line)
