@@ -226,3 +226,31 @@ def test_availability_key_rejects_separator():
         availability_key("", "b", "c")
     assert availability_value(True) == "ok"
     assert availability_value(False, "smem") == "unsupported: smem"
+
+
+def test_approve_writes_the_units_own_baseline_and_runs_on_that_unit_prefer_it(tmp_path):
+    from dataclasses import replace
+
+    from fp4bench.gate.store import unit_path
+
+    root = tmp_path / "baselines"
+    mine, other = replace(H200, gpu_uuid="GPU-5fe16972-aaaa"), replace(H200, gpu_uuid="GPU-be452afc-bbbb")
+    res = approve(write_baseline(bench_json(entries(), fingerprint=mine), tmp_path / "c.json"), root)
+    own = root / "nvidia-h200" / "units" / "GPU-5fe16972-aaaa.json"
+    assert res.unit == own == unit_path(root, "nvidia-h200", "GPU-5fe16972-aaaa") and own.is_file()
+    assert load_baseline(own).benchmarks.keys() == load_baseline(res.approved).benchmarks.keys()
+    assert select_baseline(root, mine) == own
+    # another unit (or an unknown one) falls back to the model-level file
+    assert select_baseline(root, other) == res.approved
+    assert select_baseline(root, replace(H200, gpu_uuid=None)) == res.approved
+    # a run without a UUID writes no unit file
+    res2 = approve(write_baseline(bench_json(entries(), fingerprint=replace(H200, gpu_uuid=None)),
+                                  tmp_path / "c2.json"), root / "x")
+    assert res2.unit is None
+
+
+def test_a_uuid_that_is_not_one_is_never_a_file_name(tmp_path):
+    from fp4bench.gate.store import unit_path
+
+    with pytest.raises(BaselineError, match="GPU UUID"):
+        unit_path(tmp_path, "nvidia-h200", "../../etc/passwd")

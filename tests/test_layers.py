@@ -11,13 +11,13 @@ SRC = Path(fp4bench.__file__).parent
 
 #: top-level module or package -> layer, in the order of the table in docs/architecture.md
 LAYERS = {
-    "formats": 0, "outputs": 0,
+    "formats": 0, "outputs": 0, "deprecated": 0,
     "models": 1, "problems": 1, "workloads": 1, "options": 1,
     "operands": 2, "reference": 2, "reference_moe": 2,
     "backends": 3, "testing": 3,
     "measure": 4, "env": 4, "jit_cache": 4,
     "case": 5, "sweep": 5,
-    "worker": 6,
+    "worker": 6, "windows": 6,
     "gate": 7, "linelog": 7,
     "report": 8, "reporting": 8, "textfit": 8,
     "session": 9, "ab": 9, "plugin_console": 9,

@@ -97,3 +97,22 @@ def test_one_definition_two_spellings():
         (flag,) = action.option_strings
         assert "--fp4-" + flag[2:] in seen
     assert {"--fp4-floor", "--fp4-drift", "--fp4-alpha", "--fp4-baselines", "--fp4-models"} <= set(seen)
+
+
+def test_drift_and_alpha_are_deprecated_warn_once_and_change_nothing():
+    import warnings
+
+    import fp4bench.deprecated as dep
+    from fp4bench.gate.verdict import Policy
+
+    dep._SAID.difference_update({"drift", "alpha"})
+    given = {"floor": 5.0, "drift": 2.0, "alpha": 0.01}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        kw = policy_kwargs(given.get)
+        policy_kwargs(given.get)
+    assert kw == {"floor": 0.05}
+    said = sorted(str(w.message) for w in seen)
+    assert len(said) == 2 and all("no longer applies" in m for m in said)
+    assert "--alpha" in said[0] and "--drift" in said[1]
+    assert Policy(**kw).rule_settings() == Policy().rule_settings()

@@ -97,6 +97,8 @@ def _baseline(argv: Sequence[str]) -> int:
         return 2
     print(f"approved: {res.approved} (slim format; "
           + ("the file it replaced is in git's history)" if res.replaced else "the first approved baseline of this GPU)"))
+    if res.unit is not None:
+        print(f"this unit's own baseline: {res.unit} (preferred by runs on that GPU)")
     if res.dropped:
         print(f"no longer gated ({len(res.dropped)} benchmarks of the previous baseline):")
         print("\n".join(f"  {n}" for n in res.dropped))

@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=PROG,
         description="Compare two fp4bench result files (pytest-benchmark JSON with raw samples) "
-        "with a noise-aware, multiple-comparison-corrected gate.",
+        "with the gate's decision rule on their window medians (no further window can be taken: an "
+        "undecided benchmark is AMBIGUOUS).",
         epilog="exit status: 0 no regression, 1 regression, 2 usage error / incompatible GPU / bad file, "
                "3 incomplete (nothing judged, or fewer benchmarks than the baseline expects)",
     )
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "a run killed part-way is judged on what it finished, marked partial)")
     add_options(ap.add_argument, GATE)
     ap.add_argument("--noise-k", type=float, default=d.noise_k,
-                    help="multiple of the baseline's robust sigma counted as noise (default %(default)g)")
+                    help="deprecated, no longer applied (noise widens each benchmark's interval)")
     ap.add_argument("--min-samples", type=int, default=d.min_samples,
                     help="fewer samples on either side => AMBIGUOUS (default %(default)d)")
     ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch,

@@ -218,10 +218,10 @@ SWEEP = (
 #: how the gate decides; the defaults are ``gate.verdict.Policy``'s (tests/test_options.py checks)
 GATE = (
     Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", type=percent, default=5.0),
-    Option("drift", "run-to-run shift of an unchanged stack, in %%: changes within it of the floor fail too "
-           "(guard band; default %(default)g)", type=percent, default=2.0),
-    Option("alpha", "family-wise significance level, Holm-corrected (default %(default)g)", type=alpha,
-           default=0.05),
+    Option("drift", "deprecated, no longer applied: the spread between windows comes from the windows",
+           type=percent, default=None),
+    Option("alpha", "deprecated, no longer applied (the rule's bounds are gate.rule.RuleSettings.confidence)",
+           type=alpha, default=None),
     Option("allow-missing", "benchmarks of the baseline that were not measured do not fail the gate",
            action="store_true"),
     Option("allow-ambiguous", "INVALID verdicts and too-few-samples benchmarks do not fail the gate "
@@ -233,6 +233,13 @@ FLOOR_DRIFT_ALPHA = GATE[:3]
 BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
 
 
+#: gate options that are still parsed but no longer change a verdict, and why
+DEPRECATED = {
+    "drift": "the gate judges window medians, whose spread it estimates from the windows themselves",
+    "alpha": "the sample-level test it set is gone; the rule's bounds are one-sided at RuleSettings.confidence",
+}
+
+
 def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
     """``gate.verdict.Policy`` keyword arguments from the ``GATE`` options (percent -> fraction).
     ``given(name)`` returns an option's value; options a front end does not take are left out."""
@@ -240,6 +247,11 @@ def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
     for o in GATE:
         v = given(o.name)
         if v is None:
+            continue
+        if o.name in DEPRECATED:
+            from fp4bench.deprecated import warn_once
+
+            warn_once(o.name, f"fp4bench: --{o.name} no longer applies: {DEPRECATED[o.name]}")
             continue
         key = o.name.replace("-", "_")
         out[key] = v / 100.0 if o.type is percent else v

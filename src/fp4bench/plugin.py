@@ -35,7 +35,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fp4-save-baseline", nargs="?", const="auto", default=None,
                 help="write this run as a candidate baseline (default path baselines/<gpu>/candidates/<UTC>.json)")
     add_options(g.addoption, GATE, "fp4-")
-    g.addoption("--fp4-no-confirm", action="store_true", help="fail on the first measurement (no re-measure)")
+    g.addoption("--fp4-no-confirm", action="store_true",
+                help="judge the first window only (no further window for an undecided benchmark)")
+    g.addoption("--fp4-windows", type=int, default=None,
+                help="independent windows per case, taken in interleaved passes over the sweep (default 3 "
+                     "with --fp4-save-baseline, else 1)")
+    g.addoption("--fp4-max-windows", type=int, default=4,
+                help="most windows an undecided benchmark takes in its test (default %(default)s)")
+    g.addoption("--fp4-window-budget", type=float, default=120.0,
+                help="seconds a run may spend on windows undecided benchmarks ask for (default %(default)s)")
     g.addoption("--fp4-isolate", action="store_true",
                 help="run each case in a worker process: a crash, hang or poisoned CUDA context costs one case")
     g.addoption("--fp4-case-timeout", type=positive_seconds, default=900.0,
@@ -85,6 +93,13 @@ def pytest_configure(config: pytest.Config) -> None:
                                     "the option out to run ungated)")
     # pytest-xdist workers neither write the JSON nor gate; the controller does
     save = None if hasattr(config, "workerinput") else _save_option(config)
+    for name, low in (("fp4_windows", 1), ("fp4_max_windows", 1)):
+        v = config.getoption(name)
+        if v is not None and v < low:
+            raise pytest.UsageError(f"fp4bench: --{name.replace('_', '-')} must be >= {low}, got {v}")
+    if not config.getoption("fp4_window_budget") >= 0:
+        raise pytest.UsageError(f"fp4bench: --fp4-window-budget must be >= 0 seconds, got "
+                                f"{config.getoption('fp4_window_budget')}")
     try:
         if compare and compare is not True and not explicit:
             explicit = str(_compare_target(config, str(compare)))  # --benchmark-compare=<id|path> gates too
@@ -180,6 +195,20 @@ def pytest_deselected(items: list) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """After the tests (window 1 of every case): passes 2..N of ``--fp4-windows`` over the sweep."""
+    yield
+    st = _state(session.config)
+    if not st.ready or not st.cases or hasattr(session.config, "workerinput"):
+        return
+    from fp4bench.windows import extra_passes, window_count
+
+    n = window_count(session.config)
+    if n > 1:
+        extra_passes(st, n, lambda: st.interrupted or bool(session.shouldstop or session.shouldfail))
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     if outcome.get_result().failed:
@@ -268,6 +297,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for line in stopped_lines(config, list(st.baseline.benchmarks) if st.baseline is not None else [],
                               gating=st.baseline is not None):
         tr.write_line(line)
+    for name, why in st.window_errors:
+        tr.write_line(f"fp4bench: a further window of {name} could not be measured ({why}); the run is not clean")
     from fp4bench.plugin_outputs import write_outputs
 
     write_outputs(st, st.final_compare() if st.baseline is not None else None, tr.write_line)

@@ -21,7 +21,8 @@ from fp4bench.textfit import common_parts, common_prefix, fit_table, wrap_line
 
 
 #: shown in the report header when the gate cannot rely on being on the baseline's own GPU
-OTHER_UNIT = "baseline from another/unknown GPU unit: re-approve on this runner for full sensitivity"
+OTHER_UNIT = ("baseline from another/unknown GPU unit: less sensitive (a unit offset widens every interval); "
+              "approve a baseline recorded on this runner for full sensitivity")
 
 
 def format_seconds(s: float | None) -> str:
@@ -41,6 +42,13 @@ def format_p(p: float | None) -> str:
     return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
 
 
+def format_interval(iv: tuple[float, float] | None) -> str:
+    """``(1.234, 5.6)`` (percent) -> ``"[+1.2, +5.6]%"``; ``"-"`` for none."""
+    if iv is None or not all(math.isfinite(x) for x in iv):
+        return "-"
+    return f"[{iv[0]:+.1f}, {iv[1]:+.1f}]%"
+
+
 def verdict_message(v: Verdict) -> str:
     """One line that explains a verdict at a glance (pytest failure text, tables)."""
     tag = v.status.value if v.kind == TIMING else f"{v.status.value} ({v.kind})"
@@ -52,12 +60,12 @@ def verdict_message(v: Verdict) -> str:
     if v.status is Status.NEW:
         return f"{head}: {format_seconds(v.new_median)} (not in the baseline)"
     parts = [f"{v.pct:+.1f}%"] if v.pct is not None else []
-    if v.p_adjusted is not None:
-        parts.append(f"p={format_p(v.p_adjusted)}")
+    if v.interval is not None:
+        parts.append(f"interval {format_interval(v.interval)}")
     if v.floor is not None:
         parts.append(f"floor {v.floor * 100:g}%")
-    if v.noise is not None:
-        parts.append(f"noise ±{v.noise * 100:.1f}%")
+    if v.windows_base:
+        parts.append(f"windows {v.windows_base}+{v.windows_new}")
     line = f"{head}: {format_seconds(v.base_median)} → {format_seconds(v.new_median)}"
     if parts:
         line += f" ({', '.join(parts)})"
@@ -121,12 +129,13 @@ def delta_spread(result: CompareResult) -> tuple[int, float, float, float] | Non
 
 
 def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
-    """AMBIGUOUS timing verdicts that are significant but under the floor: on an unchanged stack
-    (another GPU unit especially) these are most AMBIGUOUS verdicts and none is a suspect, so the
-    table shows them as one explained line instead of a row each. Failing ones stay rows."""
+    """AMBIGUOUS timing verdicts whose interval lies below the floor (shown not to reach it, not
+    shown below the guard band): on an unchanged stack (another GPU unit especially) these are
+    most AMBIGUOUS verdicts, so the table shows them as one explained line instead of a row each.
+    Failing ones stay rows."""
     return [v for v in result.verdicts
             if v.status is Status.AMBIGUOUS and v.kind == "timing" and not v.undecided
-            and v.ratio is not None and math.isfinite(v.ratio) and v.ratio - 1 < result.policy.floor
+            and v.interval is not None and v.interval[1] < result.policy.floor * 100
             and not result.is_failure(v)]
 
 
@@ -135,9 +144,9 @@ def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5, pref
     worst = sorted(items, key=lambda v: -(v.ratio or 0.0))[:shown]
     names = ", ".join(f"{v.name.removeprefix(prefix)} {_pct(v)}" for v in worst)
     more = f", ... {len(items) - shown} more" if len(items) > shown else ""
-    return (f"AMBIGUOUS ({len(items)}, not listed above): significantly slower, by {pcts[0]:+.1f}% to "
-            f"{pcts[-1]:+.1f}%, but under the {floor * 100:g}% floor less the run-to-run allowance. "
-            f"On an unchanged stack this is run-to-run or unit-to-unit drift; it does not fail the gate. "
+    return (f"AMBIGUOUS ({len(items)}, not listed above): Δ {pcts[0]:+.1f}% to {pcts[-1]:+.1f}%, each interval "
+            f"below the {floor * 100:g}% floor but not below the guard band. "
+            f"On an unchanged stack this is window-to-window or unit-to-unit drift; it does not fail the gate. "
             f"Largest: {names}{more}")
 
 
@@ -149,16 +158,19 @@ def verdict_table(result: CompareResult) -> str:
         lines.append(f"baseline GPU: {fp.model}")
     lines += wrap_line(f"what changed: {describe_changes(result.changes)}")
     p = result.policy
+    rs = p.rule_settings()
     lines += wrap_line(
-        f"policy: floor {p.floor * 100:g}% (run-to-run allowance "
-        f"{p.drift_note or format(p.drift * 100, 'g') + '%'}), α {p.alpha:g} (Holm), noise k {p.noise_k:g}, "
+        f"policy: floor {p.floor * 100:g}% (FAIL when shown by >= {rs.min_new_for_fail} new windows beyond "
+        f"{math.expm1(rs.threshold) * 100:.2g}%, PASS when shown below; {rs.confidence:g} one-sided bounds on "
+        f"window medians{'; ' + p.drift_note if p.drift_note else ''}), "
         f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
         f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}"
     )
     if other_unit(result.baseline_fingerprint, result.current_fingerprint):
         lines.append(OTHER_UNIT)
+    lines += list(result.notes)
     lines.append("")
-    header = ["verdict", "benchmark", "base", "now", "Δ", "p_adj", "noise", "notes"]
+    header = ["verdict", "benchmark", "base", "now", "Δ", "interval", "windows", "notes"]
     rows = []
     sub_floor = sub_floor_ambiguous(result)
     many_missing = len(result.by_status(Status.MISSING)) > LIST_LIMIT
@@ -185,8 +197,8 @@ def verdict_table(result: CompareResult) -> str:
                 format_seconds(v.base_median),
                 format_seconds(v.new_median),
                 _pct(v),
-                format_p(v.p_adjusted),
-                "-" if v.noise is None else f"±{v.noise * 100:.1f}%",
+                format_interval(v.interval),
+                f"{v.windows_base}+{v.windows_new}" if v.windows_base else "-",
                 note,
             ]
         )
@@ -252,8 +264,9 @@ def verdict_summary(result: CompareResult) -> str:
 
 def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:
     """``fp4bench power``'s rows (``gate.power``) as a text table, with the policy that produced them."""
-    head = (f"gate: floor {policy.floor * 100:g}%, drift {policy.drift * 100:g}%, alpha {policy.alpha:g}, "
-            f"noise k {policy.noise_k:g}")
+    rs = policy.rule_settings()
+    head = (f"gate: floor {policy.floor * 100:g}%, guard band {math.expm1(rs.threshold) * 100:.2g}%, "
+            f"bounds {rs.confidence:g} (FAIL) / {rs.pass_confidence:g} (PASS) on window medians")
     lines = [head, f"{'slowdown':>9} {'FAIL':>11} {'rate':>6} {'AMBIGUOUS':>9} {'PASS':>5} {'other':>5} "
                    f"{'median Δ':>9}"]
     for r in rows:

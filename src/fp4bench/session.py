@@ -31,6 +31,16 @@ class Fp4Session:
     sweep: Any = None
     availability: dict[str, str] = field(default_factory=dict)
     measured: dict[str, tuple[list[float], dict]] = field(default_factory=dict)
+    #: every window measured per benchmark (the first is ``measured``'s samples), and how many of
+    #: them the in-test verdict judged: the final table judges the very same windows
+    windows: dict[str, list[list[float]]] = field(default_factory=dict)
+    judged: dict[str, int] = field(default_factory=dict)
+    #: the measured cases, to take further windows of (``windows.extra_passes``)
+    cases: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: seconds spent on windows a suspect asked for (``--fp4-window-budget``)
+    window_seconds: float = 0.0
+    #: windows of the extra passes that could not be measured: (benchmark, why)
+    window_errors: list[tuple[str, str]] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)
     deselected: set[str] = field(default_factory=set)
     #: cases skipped with no baseline timing to miss: ``{fullname: reason}``
@@ -253,6 +263,8 @@ class Fp4Session:
         record_in_benchmark(benchmark, res.timing)
         self.rows.append(result_row(spec, res))
         self.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))
+        self.windows[fullname] = [list(res.timing.samples_s)]
+        self.cases[fullname] = (backend, spec)
         if self.baseline is not None:
             self._gate(benchmark, spec, backend, base, fullname, res)
         return res
@@ -268,30 +280,33 @@ class Fp4Session:
         return unbuilt_reason(backend, tuple(torch.cuda.get_device_capability(self.device)))
 
     def _gate(self, benchmark, spec, backend, base, fullname: str, res) -> None:
-        """Judge the case now (Bonferroni over the baseline's size); a FAIL is re-measured once."""
-        from fp4bench.gate.verdict import Status, is_failure, judge
-        from fp4bench.report import result_row, verdict_message
+        """Judge the case now on its windows; while the rule wants more (``Verdict.wants_more``)
+        and the per-case and session budgets allow, take another independent window: fresh
+        prepared operands and graph capture (``windows.take_window``), as asv and Pinpoint re-run
+        only the flagged benchmarks."""
+        import time
 
-        m = max(1, len(self.baseline.benchmarks))
-        v = judge(fullname, base, res.timing.samples_s, res.extra_info, self.policy, m)
-        if v.status is Status.FAIL and not self.config.getoption("fp4_no_confirm"):
-            # confirm a suspect with fresh samples before failing (re-run only the flagged
-            # benchmarks, as asv and Pinpoint do); fresh buffers too, so an unlucky allocation
-            # is not measured twice
-            self.runner.drop_prepared()
-            again = self.runner.run(backend, spec.problem, spec.tactic)
-            if again.timing is not None:
-                v2 = judge(fullname, base, again.timing.samples_s, again.extra_info, self.policy, m)
-                if v2.status is not Status.FAIL:
-                    v = v2
-                    self.measured[fullname] = (list(again.timing.samples_s), dict(again.extra_info))
-                    # the JSON (a candidate baseline) must hold the samples that were judged, not
-                    # the suspect first measurement
-                    from fp4bench.measure.timing import record_in_benchmark
+        from fp4bench.gate.verdict import is_failure, judge
+        from fp4bench.report import verdict_message
+        from fp4bench.windows import take_window
 
-                    benchmark.extra_info.update(again.extra_info)
-                    record_in_benchmark(benchmark, again.timing)
-                    self.rows[-1] = result_row(spec, again)
+        opt = self.config.getoption
+        max_windows = 1 if opt("fp4_no_confirm") else opt("fp4_max_windows")
+        ws = self.windows[fullname]
+        while True:
+            budget_left = len(ws) < max_windows and self.window_seconds < opt("fp4_window_budget")
+            v = judge(fullname, base, ws, res.extra_info, self.policy, budget_left=budget_left)
+            if not v.wants_more:
+                break
+            t0 = time.monotonic()
+            window, why = take_window(self.runner, backend, spec)
+            self.window_seconds += time.monotonic() - t0
+            if window is None:  # the case broke on a re-measure: judge what was measured
+                self.window_errors.append((fullname, why))
+                max_windows = len(ws)
+                continue
+            ws.append(window)
+        self.judged[fullname] = len(ws)
         benchmark.extra_info["verdict"] = str(v.status)
         if is_failure(v, self.policy):
             hint = " (--fp4-allow-ambiguous to accept)" if v.undecided else ""
@@ -299,7 +314,8 @@ class Fp4Session:
 
     # -- after the run --------------------------------------------------------------------
     def final_compare(self):
-        """The whole run against the baseline, Holm-corrected (made once; needs a baseline)."""
+        """The whole run against the baseline, each benchmark on the windows its test judged (made
+        once; needs a baseline)."""
         from fp4bench.gate.verdict import compare
 
         if self._result is None:
@@ -313,8 +329,10 @@ class Fp4Session:
                 self.sweep, lambda name: self.config.getoption("fp4_" + name, default=None))
             scope = Scope(excluded=frozenset(self.deselected), selected=selected,
                           not_reached=tuple(not_run(self.config)), skipped_now=dict(self.skipped))
-            self._result = compare(self.baseline, dict(self.measured), self.availability, self.policy,
-                                   self.fingerprint, scope=scope)
+            current = {name: (self.windows[name][:self.judged.get(name, len(self.windows[name]))], extra)
+                       for name, (_, extra) in self.measured.items()}
+            self._result = compare(self.baseline, current, self.availability, self.policy, self.fingerprint,
+                                   scope=scope)
         return self._result
 
     def check_health(self) -> None:
@@ -337,7 +355,7 @@ class Fp4Session:
         from fp4bench.plugin_console import not_run
 
         clean = (self.failed_tests == 0 and not self.interrupted and not self.health and not test_only
-                 and not not_run(self.config))
+                 and not not_run(self.config) and not self.window_errors)
         if self.baseline is not None:
             result = self.final_compare()
             verdicts = result.counts()
@@ -346,7 +364,8 @@ class Fp4Session:
         if test_only:
             sweep["test_only"] = test_only
         self.clean = clean
-        section = make_section(self.fingerprint, self.availability, sweep, clean=clean, verdicts=verdicts)
+        section = make_section(self.fingerprint, self.availability, sweep, clean=clean, verdicts=verdicts,
+                               windows={k: w for k, w in self.windows.items() if len(w) > 1})
         if self.health:
             section["context_health"] = self.health
         return section

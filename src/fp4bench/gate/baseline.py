@@ -3,24 +3,32 @@
 A run's result is a pytest-benchmark ``--benchmark-json`` file (raw samples in ``stats.data``)
 plus a top-level ``"fp4bench"`` section::
 
-    {"schema": 1, "fingerprint": {...}, "availability": {"<backend>|<problem>|<tactic>": "ok" |
-     "unsupported: <reason>"}, "sweep": {...}, "clean": true, "verdicts": {"PASS": 40, ...}}
+    {"schema": 2, "fingerprint": {...}, "availability": {"<backend>|<problem>|<tactic>": "ok" |
+     "unsupported: <reason>"}, "sweep": {...}, "clean": true, "verdicts": {"PASS": 40, ...},
+     "windows": {"<fullname>": [[samples of window 1...], [window 2...], ...]}}
+
+A **window** is one independent measurement of a benchmark: its own prepared operands, graph
+capture and cold-L2 copies, taken at another time of the run than its other windows
+(``--fp4-windows``: interleaved passes over the sweep). ``stats.data`` holds the first window
+(what pytest-benchmark's own tools read); ``windows`` holds every window of every benchmark that
+had more than one. The gate judges window medians (``gate.rule``).
 
 The approved baseline is kept in the *slim* format (``slim_text``): the same section as a header,
 then ``"availability"`` and ``"benchmarks"`` objects with one entry per line, sorted by name; each
-benchmark line holds its raw samples and only the ``extra_info`` keys the gate reads
+benchmark line holds its raw samples, window by window, and only the ``extra_info`` keys the gate reads
 (``GATE_KEYS``) and ``fp4bench report`` draws from (``REPORT_KEYS``). The file is valid JSON and a
 change of one benchmark is a change of one line::
 
-    {"format": "fp4bench-baseline", "schema": 1,
+    {"format": "fp4bench-baseline", "schema": 2,
     "fingerprint": {...},
     ...
     "benchmarks": {
-    "bench/test_fp4_gemm.py::test_dense[...]": {"extra_info":{...},"samples":[...]},
+    "bench/test_fp4_gemm.py::test_dense[...]": {"extra_info":{...},"windows":[[...],[...],[...]]},
     ...
     }}
 
-``load_baseline`` reads both formats. Where files live and how a run becomes the approved
+``load_baseline`` reads both formats, and schema 1 files (one ``samples`` list per benchmark:
+one window). Where files live and how a run becomes the approved
 baseline is ``gate.store``.
 """
 
@@ -38,9 +46,9 @@ import numpy as np
 
 from fp4bench.env import Fingerprint
 
-SCHEMA = 1
+SCHEMA = 2
 #: the schema numbers this fp4bench reads (the written one included)
-SUPPORTED_SCHEMAS = (1,)
+SUPPORTED_SCHEMAS = (1, 2)
 #: the shortest time one call of a GPU kernel can take, in seconds. CUDA events, which time every
 #: GPU sample here, resolve "around 0.5 microseconds" (CUDA Runtime API, cudaEventElapsedTime),
 #: and a kernel's launch and drain on the GPU take about a microsecond even inside a CUDA graph;
@@ -84,10 +92,26 @@ class BenchmarkRecord:
     name: str
     samples: tuple[float, ...]
     extra_info: dict[str, Any] = field(default_factory=dict)
+    #: the samples window by window (independent measurements); ``()`` means one window
+    windows: tuple[tuple[float, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.windows:
+            object.__setattr__(self, "windows", (tuple(self.samples),))
 
     @property
     def median(self) -> float:
         return float(np.median(self.samples))
+
+    @property
+    def window_medians(self) -> tuple[float, ...]:
+        return tuple(float(np.median(w)) for w in self.windows)
+
+
+def with_windows(fullname: str, name: str, windows: Any, extra_info: dict[str, Any]) -> BenchmarkRecord:
+    """A record from its windows (each a list of samples); ``samples`` is all of them in order."""
+    ws = tuple(tuple(w) for w in windows)
+    return BenchmarkRecord(fullname, name, tuple(x for w in ws for x in w), extra_info, ws)
 
 
 @dataclass
@@ -106,9 +130,14 @@ class Baseline:
     #: read from a slim file (pytest-benchmark's own tools cannot read it)
     slim: bool = False
 
-    def as_current(self) -> dict[str, tuple[tuple[float, ...], dict[str, Any]]]:
-        """``{fullname: (samples, extra_info)}``: this file as the *new* side of a comparison."""
-        return {k: (r.samples, r.extra_info) for k, r in self.benchmarks.items()}
+    #: the fewest windows any benchmark has (1 for files written before windows were kept)
+    @property
+    def min_windows(self) -> int:
+        return min((len(r.windows) for r in self.benchmarks.values()), default=0)
+
+    def as_current(self) -> dict[str, tuple[tuple[tuple[float, ...], ...], dict[str, Any]]]:
+        """``{fullname: (windows, extra_info)}``: this file as the *new* side of a comparison."""
+        return {k: (r.windows, r.extra_info) for k, r in self.benchmarks.items()}
 
 
 # --- availability map -------------------------------------------------------------------------
@@ -139,9 +168,11 @@ def make_section(
     sweep: dict[str, Any] | None = None,
     clean: bool | None = None,
     verdicts: dict[str, Any] | None = None,
+    windows: dict[str, list[list[float]]] | None = None,
 ) -> dict[str, Any]:
-    """The ``"fp4bench"`` object a run adds to its ``--benchmark-json`` output."""
-    return {
+    """The ``"fp4bench"`` object a run adds to its ``--benchmark-json`` output; ``windows``: the
+    benchmarks measured in more than one window, ``{fullname: [[samples], ...]}``."""
+    out = {
         "schema": SCHEMA,
         "fingerprint": fingerprint.to_dict(),
         "availability": dict(availability or {}),
@@ -149,6 +180,9 @@ def make_section(
         "clean": clean,
         "verdicts": dict(verdicts or {}),
     }
+    if windows:
+        out["windows"] = {k: [list(w) for w in ws] for k, ws in windows.items()}
+    return out
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -213,6 +247,15 @@ def parse_baseline(data: Any, source: str = "<memory>") -> Baseline:
             f"{source}: no '{SECTION}' section with a fingerprint; it was not written by an fp4bench "
             "run, so its GPU model cannot be checked"
         )
+    windows = sec.get("windows") or {}
+    if not isinstance(windows, dict):
+        raise BaselineError(f"{source}: '{SECTION}.windows' must be an object of benchmark -> windows")
+    for fullname, ws in windows.items():
+        rec = records.get(fullname)
+        if rec is None:
+            raise BaselineError(f"{source}: '{SECTION}.windows' names {fullname!r}, which is not a benchmark "
+                                "of the file")
+        records[fullname] = _record(fullname, rec.name, ws, rec.extra_info, source, windowed=True)
     return _with_section(sec, records, source, f"{SECTION}.")
 
 
@@ -351,24 +394,32 @@ def _parse_slim_benchmark(fullname: str, b: Any, source: str) -> BenchmarkRecord
         raise BaselineError(f"{source}: a benchmark with an empty name")
     if not isinstance(b, dict):
         raise BaselineError(f"{source}: benchmark {fullname!r} is not an object, got {_short(b)}")
-    unknown = sorted(set(b) - {"samples", "extra_info"})
+    unknown = sorted(set(b) - {"samples", "windows", "extra_info"})
     if unknown:
         raise BaselineError(f"{source}: benchmark {fullname!r} has unknown keys {unknown}; a slim benchmark "
-                            "holds 'samples' and 'extra_info'")
-    if not isinstance(b.get("samples"), list) or not b["samples"]:
-        raise BaselineError(f"{source}: benchmark {fullname!r} has no 'samples' list")
-    return _record(fullname, fullname.rsplit("::", 1)[-1], b["samples"], b.get("extra_info") or {}, source)
+                            "holds 'windows' (or 'samples': one window) and 'extra_info'")
+    key = "windows" if "windows" in b else "samples"
+    if not isinstance(b.get(key), list) or not b[key]:
+        raise BaselineError(f"{source}: benchmark {fullname!r} has no 'samples' list (nor 'windows')")
+    return _record(fullname, fullname.rsplit("::", 1)[-1], b[key], b.get("extra_info") or {}, source,
+                   windowed=key == "windows")
 
 
-def _record(fullname: str, name: str, data: list, extra: Any, source: str) -> BenchmarkRecord:
+def _record(fullname: str, name: str, data: list, extra: Any, source: str, windowed: bool = False) -> BenchmarkRecord:
+    """``data``: the samples, or with ``windowed`` a list of windows, each a list of samples."""
+    windows = data if windowed else [data]
+    if windowed and not (isinstance(data, list) and data and all(isinstance(w, list) for w in data)):
+        raise BaselineError(f"{source}: benchmark {fullname!r} windows must be a non-empty list of sample lists, "
+                            f"got {_short(data)}")
     try:
-        samples = check_samples(data, f"{source}: benchmark {fullname!r}")
+        ws = [check_samples(w, f"{source}: benchmark {fullname!r}"
+                            + (f" window {i + 1}" if windowed else "")) for i, w in enumerate(windows)]
     except ValueError as e:
         raise BaselineError(str(e)) from None
     if not isinstance(extra, dict):
         raise BaselineError(f"{source}: benchmark {fullname!r} extra_info is not an object")
     _check_extra(extra, fullname, source)
-    return BenchmarkRecord(fullname=fullname, name=name, samples=samples, extra_info=extra)
+    return with_windows(fullname, name, ws, extra)
 
 
 # --- compatibility ----------------------------------------------------------------------------
@@ -444,7 +495,10 @@ def _atomic_write(path: Path, text: str) -> None:
 def slim_text(baseline: Baseline) -> str:
     """``baseline`` in the slim format: header fields one per line, then one availability entry and
     one benchmark per line, each sorted by name (a changed benchmark is a changed line)."""
-    head: dict[str, Any] = {"format": SLIM_FORMAT, "schema": SCHEMA, "fingerprint": baseline.fingerprint.to_dict(),
+    # a file of single windows keeps schema 1's one ``samples`` list per benchmark, so older
+    # readers still read it
+    schema = SCHEMA if any(len(r.windows) > 1 for r in baseline.benchmarks.values()) else 1
+    head: dict[str, Any] = {"format": SLIM_FORMAT, "schema": schema, "fingerprint": baseline.fingerprint.to_dict(),
                             "sweep": baseline.sweep, "clean": baseline.clean, "verdicts": baseline.verdicts}
     if baseline.approval:
         head["approval"] = baseline.approval
@@ -461,9 +515,13 @@ def slim_text(baseline: Baseline) -> str:
 
 
 def slim_record(rec: BenchmarkRecord) -> dict[str, Any]:
-    """One benchmark as the slim format keeps it: raw samples and the gate's and report's keys."""
+    """One benchmark as the slim format keeps it: raw samples (``samples`` for one window, else
+    ``windows``: a list of sample lists) and the gate's and report's keys."""
     keep = set(GATE_KEYS) | set(REPORT_KEYS)
-    return {"extra_info": {k: v for k, v in rec.extra_info.items() if k in keep}, "samples": list(rec.samples)}
+    extra = {k: v for k, v in rec.extra_info.items() if k in keep}
+    if len(rec.windows) == 1:
+        return {"extra_info": extra, "samples": list(rec.samples)}
+    return {"extra_info": extra, "windows": [list(w) for w in rec.windows]}
 
 
 def _compact(value: Any) -> str:
@@ -476,7 +534,7 @@ def write_slim(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     text = slim_text(baseline)
     again = parse_baseline(json.loads(text, object_pairs_hook=_unique_keys), source=str(p))
-    if {k: r.samples for k, r in again.benchmarks.items()} != {k: r.samples for k, r in baseline.benchmarks.items()}:
+    if {k: r.windows for k, r in again.benchmarks.items()} != {k: r.windows for k, r in baseline.benchmarks.items()}:
         raise BaselineError(f"{p}: the slim text does not read back to the same samples; nothing written")
     try:
         _atomic_write(p, text)

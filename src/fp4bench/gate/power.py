@@ -37,11 +37,12 @@ class PowerRow:
         return self.fail / self.timed if self.timed else 0.0
 
 
-def scaled(run: Baseline, factor: float) -> dict[str, tuple[tuple[float, ...], dict]]:
+def scaled(run: Baseline, factor: float) -> dict[str, tuple[tuple[tuple[float, ...], ...], dict]]:
     """``run`` as the current side of a comparison with every sample multiplied by ``factor``."""
     if not factor > 0:
         raise ValueError(f"scale factor must be > 0, got {factor}")
-    return {name: (tuple(s * factor for s in rec.samples), rec.extra_info) for name, rec in run.benchmarks.items()}
+    return {name: (tuple(tuple(s * factor for s in w) for w in rec.windows), rec.extra_info)
+            for name, rec in run.benchmarks.items()}
 
 
 def detection_power(a: Baseline, b: Baseline, slowdowns: Sequence[float], policy: Policy = Policy(),
@@ -49,8 +50,8 @@ def detection_power(a: Baseline, b: Baseline, slowdowns: Sequence[float], policy
     """One :class:`PowerRow` per slowdown: gate ``b * (1 + s)`` against ``a`` with ``policy``.
 
     ``same_unit``: A and B are known to come from one GPU although their fingerprints cannot show
-    it (recorded before ``gpu_uuid``): the run-to-run allowance is kept. Otherwise the fingerprints
-    decide, and a missing UUID counts as another unit (floor only), as in a live gate.
+    it (recorded before ``gpu_uuid``): judged as one unit. Otherwise the fingerprints decide, and
+    a missing UUID counts as another unit (the unit offset in the error term), as in a live gate.
 
     Only benchmarks present in both runs count (a benchmark missing from one run says nothing
     about timing power). Raises ``IncompatibleBaseline`` when A and B are from different GPU

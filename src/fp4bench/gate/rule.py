@@ -16,8 +16,11 @@ For one benchmark, with ``b`` the base replicates and ``n`` the new ones::
              the prior (a between-replicate spread assumed before any data, from the noise
              model) keeps two or three replicates that happen to agree from claiming a
              spread of zero
-    se     = max(s, min_sigma) * sqrt(1/len(b) + 1/len(n))
-    lo, hi = delta -/+ t(confidence, df + prior_df) * se     (one-sided bounds)
+    se     = sqrt(max(s, min_sigma)^2 * (1/len(b) + 1/len(n)) + unit_sigma^2)
+             unit_sigma: an offset between two GPU units of one model, which no number of
+             windows averages away (0 when both sides ran on the same unit)
+    lo     = delta - t(confidence, df + prior_df) * se       (one-sided bounds: the evidence
+    hi     = delta + t(pass_confidence, df + prior_df) * se   a FAIL needs, and a PASS needs)
 
 and with the threshold ``theta = log(1 + floor * (1 - margin))``:
 
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Sequence
 
+import numpy as np
 from scipy import stats
 
 
@@ -57,29 +61,36 @@ class Decision(str, Enum):
 @dataclass(frozen=True)
 class RuleSettings:
     """``floor``: the relative slowdown that must FAIL. ``margin``: the guard band below it, as a
-    fraction of the floor. ``confidence``: of each one-sided bound. ``prior_sigma``/``prior_df``:
+    fraction of the floor. ``confidence``: of the lower bound a FAIL needs; ``pass_confidence``:
+    of the upper bound a PASS needs. ``prior_sigma``/``prior_df``:
     the between-replicate spread of log time assumed before data, and its weight in degrees of
     freedom. ``min_sigma``: the smallest spread ever assumed (timer resolution, clock steps).
     ``min_new_for_fail``: new replicates a FAIL needs, so one window in an odd power state can
-    make a suspect but never a FAIL on its own."""
+    make a suspect but never a FAIL on its own. ``unit_sigma``: the spread of one benchmark's
+    offset between two GPU units of the model (0: same unit). Why each default is what it is:
+    docs/measurement.md, "The decision rule" (calibrated by tests/test_rule_simulation.py)."""
 
     floor: float = 0.05
     margin: float = 0.5
-    confidence: float = 0.99
+    confidence: float = 0.995
+    pass_confidence: float = 0.9
     prior_sigma: float = 0.006
     prior_df: float = 4.0
     min_sigma: float = 0.001
     min_new_for_fail: int = 2
+    unit_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         checks = (
             (0 < self.floor < 10, f"floor is a relative change (0.05 = 5 %) > 0, got {self.floor}"),
             (0 <= self.margin < 1, f"margin is a fraction of the floor in [0, 1), got {self.margin}"),
             (0.5 < self.confidence < 1, f"confidence must be in (0.5, 1), got {self.confidence}"),
+            (0.5 < self.pass_confidence < 1, f"pass_confidence must be in (0.5, 1), got {self.pass_confidence}"),
             (math.isfinite(self.prior_sigma) and self.prior_sigma >= 0, f"prior_sigma must be >= 0, got {self.prior_sigma}"),
             (math.isfinite(self.prior_df) and self.prior_df >= 0, f"prior_df must be >= 0, got {self.prior_df}"),
             (math.isfinite(self.min_sigma) and self.min_sigma >= 0, f"min_sigma must be >= 0, got {self.min_sigma}"),
             (self.min_new_for_fail >= 1, f"min_new_for_fail must be >= 1, got {self.min_new_for_fail}"),
+            (math.isfinite(self.unit_sigma) and self.unit_sigma >= 0, f"unit_sigma must be >= 0, got {self.unit_sigma}"),
         )
         for ok, msg in checks:
             if not ok:
@@ -124,11 +135,6 @@ def _log_values(values: Sequence[float], what: str) -> list[float]:
     return out
 
 
-def _ss(x: Sequence[float]) -> float:
-    m = sum(x) / len(x)
-    return sum((v - m) ** 2 for v in x)
-
-
 def estimate(base: Sequence[float], new: Sequence[float], settings: RuleSettings, *,
              log: bool = False, what: str = "benchmark") -> Estimate:
     """Two groups of independent replicates: one time (seconds) per replicate, or log times with
@@ -137,10 +143,8 @@ def estimate(base: Sequence[float], new: Sequence[float], settings: RuleSettings
     n = list(map(float, new)) if log else _log_values(new, what)
     if not b or not n:
         raise ValueError(f"{what}: need at least one base and one new replicate, got {len(b)} and {len(n)}")
-    delta = sum(n) / len(n) - sum(b) / len(b)
-    df = len(b) + len(n) - 2
-    return _bounded(delta, _ss(b) + _ss(n), df, 1.0 / len(b) + 1.0 / len(n), len(b), len(n),
-                    min(n) > max(b), settings)
+    delta, lo, hi, se, df, sep = bounds(np.array([b]), np.array([n]), settings)
+    return Estimate(float(delta[0]), float(lo[0]), float(hi[0]), float(se[0]), df, len(b), len(n), bool(sep[0]))
 
 
 def estimate_paired(diffs: Sequence[float], settings: RuleSettings, *, what: str = "benchmark") -> Estimate:
@@ -149,34 +153,63 @@ def estimate_paired(diffs: Sequence[float], settings: RuleSettings, *, what: str
     d = [float(x) for x in diffs]
     if not d or not all(math.isfinite(x) for x in d):
         raise ValueError(f"{what}: need at least one finite paired log-ratio, got {d!r}")
-    delta = sum(d) / len(d)
-    return _bounded(delta, _ss(d), len(d) - 1, 1.0 / len(d), len(d), len(d), min(d) > 0, settings)
+    x = np.array([d])
+    delta = x.mean(axis=1)
+    ss = ((x - delta[:, None]) ** 2).sum(axis=1)
+    _, lo, hi, se, df = _bounded(delta, ss, len(d) - 1, 1.0 / len(d), settings)
+    return Estimate(float(delta[0]), float(lo[0]), float(hi[0]), float(se[0]), df, len(d), len(d), min(d) > 0)
 
 
-def _bounded(delta: float, ss: float, df: int, scale: float, n_base: int, n_new: int, separated: bool,
-             settings: RuleSettings) -> Estimate:
+def bounds(base_log: np.ndarray, new_log: np.ndarray, settings: RuleSettings):
+    """The estimate of the module docstring for many benchmarks at once: ``base_log`` is
+    (benchmarks, base replicates), ``new_log`` (benchmarks, new replicates), log times. Returns
+    arrays ``delta, lo, hi, se``, the degrees of freedom and ``separated`` (every new replicate
+    slower than every base one). ``estimate`` is this for one benchmark; the simulation test
+    runs the very same code over thousands of simulated runs."""
+    b, n = np.asarray(base_log, dtype=float), np.asarray(new_log, dtype=float)
+    mb, mn = b.mean(axis=1), n.mean(axis=1)
+    ss = ((b - mb[:, None]) ** 2).sum(axis=1) + ((n - mn[:, None]) ** 2).sum(axis=1)
+    delta = mn - mb
+    df = b.shape[1] + n.shape[1] - 2
+    _, lo, hi, se, total_df = _bounded(delta, ss, df, 1.0 / b.shape[1] + 1.0 / n.shape[1], settings)
+    return delta, lo, hi, se, total_df, n.min(axis=1) > b.max(axis=1)
+
+
+def _bounded(delta: np.ndarray, ss: np.ndarray, df: int, scale: float, settings: RuleSettings):
     total_df = df + settings.prior_df
     if total_df <= 0:
         # one replicate a side and no prior: nothing says how far a replicate moves
-        return Estimate(delta, -math.inf, math.inf, math.inf, 0.0, n_base, n_new, separated)
+        inf = np.full_like(delta, math.inf)
+        return delta, -inf, inf, inf, 0.0
     s2 = (ss + settings.prior_df * settings.prior_sigma ** 2) / total_df
-    se = max(math.sqrt(s2), settings.min_sigma) * math.sqrt(scale)
-    q = float(stats.t.ppf(settings.confidence, total_df))
-    return Estimate(delta, delta - q * se, delta + q * se, se, total_df, n_base, n_new, separated)
+    se = np.sqrt(np.maximum(s2, settings.min_sigma ** 2) * scale + settings.unit_sigma ** 2)
+    q_fail = float(stats.t.ppf(settings.confidence, total_df))
+    q_pass = float(stats.t.ppf(settings.pass_confidence, total_df))
+    return delta, delta - q_fail * se, delta + q_pass * se, se, float(total_df)
 
 
 def decide(est: Estimate, settings: RuleSettings, *, budget_left: bool) -> Decision:
     """The rule of the module docstring for one benchmark's estimate."""
+    code = decisions(np.array([est.delta]), np.array([est.lo]), np.array([est.hi]), np.array([est.separated]),
+                     est.n_new, settings, budget_left=budget_left)[0]
+    return _DECISIONS[int(code)]
+
+
+#: the codes ``decisions`` returns, in order
+_DECISIONS = (Decision.PASS, Decision.FAIL, Decision.MORE, Decision.AMBIGUOUS)
+
+
+def decisions(delta: np.ndarray, lo: np.ndarray, hi: np.ndarray, separated: np.ndarray, n_new: int,
+              settings: RuleSettings, *, budget_left: bool) -> np.ndarray:
+    """``decide`` over arrays (the output of ``bounds``): 0 PASS, 1 FAIL, 2 MORE, 3 AMBIGUOUS."""
     theta = settings.threshold
-    if est.lo >= theta and est.n_new >= settings.min_new_for_fail:
-        return Decision.FAIL
-    if est.hi < theta:
-        return Decision.PASS
-    if budget_left:
-        return Decision.MORE
-    if est.delta >= math.log1p(2.0 * settings.floor) and est.separated:
-        return Decision.FAIL
-    return Decision.AMBIGUOUS
+    out = np.full(np.shape(delta), 2 if budget_left else 3, dtype=np.int8)
+    if not budget_left:
+        out[(delta >= math.log1p(2.0 * settings.floor)) & separated] = 1
+    out[hi < theta] = 0
+    if n_new >= settings.min_new_for_fail:
+        out[lo >= theta] = 1
+    return out
 
 
 def improved(est: Estimate, settings: RuleSettings) -> bool:

@@ -4,7 +4,13 @@ pytest-benchmark keys its storage by OS/Python and compares against "the latest"
 regressed run silently becomes the next baseline; fp4bench does neither::
 
     baselines/<gpu_slug>/approved.json                 THE baseline for that GPU model (slim format)
+    baselines/<gpu_slug>/units/<GPU UUID>.json         the same, recorded on that very GPU unit
     baselines/<gpu_slug>/candidates/<UTC time>.json    runs waiting for review (pytest-benchmark JSON)
+
+A run prefers the baseline of its own unit (``select_baseline``): another unit of the model
+offsets single benchmarks by more than a unit's own window-to-window spread, so a model-level
+baseline from another unit is a less sensitive fallback. ``approve`` writes both files when the
+run recorded its GPU UUID.
 
 Earlier approved baselines are in git's history of ``approved.json``. A candidate becomes the
 baseline only through ``approve`` (an explicit act), which refuses runs that were not clean (FAIL
@@ -32,18 +38,22 @@ from fp4bench.gate.verdict import INVALID_FLAGS
 
 APPROVED = "approved.json"
 CANDIDATES = "candidates"
+UNITS = "units"
+_UUID = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
 
 
 @dataclass(frozen=True)
 class Approval:
-    """Result of ``approve``: the new approved file and how coverage changed against the file it
-    replaced (benchmark fullnames)."""
+    """Result of ``approve``: the new approved file, how coverage changed against the file it
+    replaced (benchmark fullnames), and the unit's own copy (None when the run recorded no GPU
+    UUID)."""
 
     approved: Path
     dropped: tuple[str, ...] = ()
     added: tuple[str, ...] = ()
     #: an approved file was there before (False: the model's first approval)
     replaced: bool = False
+    unit: Path | None = None
 
 
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -90,6 +100,15 @@ def gpu_dir(root: str | os.PathLike[str], slug: str) -> Path:
 
 def approved_path(root: str | os.PathLike[str], slug: str) -> Path:
     return gpu_dir(root, slug) / APPROVED
+
+
+def unit_path(root: str | os.PathLike[str], slug: str, uuid: str) -> Path:
+    """``<root>/<slug>/units/<uuid>.json``; ``uuid`` must look like an NVML GPU UUID
+    (``GPU-`` and hex digits), so it can never name a path outside the folder."""
+    if not isinstance(uuid, str) or not _UUID.fullmatch(uuid):
+        raise BaselineError(f"GPU UUID {uuid!r} is not of the form GPU-<hex digits>; refusing to use it as a "
+                            "file name")
+    return gpu_dir(root, slug) / UNITS / f"{uuid}.json"
 
 
 def candidate_path(root: str | os.PathLike[str], slug: str, now: datetime | None = None) -> Path:
@@ -160,7 +179,12 @@ def _listing(names: tuple[str, ...], limit: int = 10) -> str:
 
 
 def select_baseline(root: str | os.PathLike[str], fingerprint: Fingerprint) -> Path:
-    """The approved baseline for this GPU model — never "the newest file"."""
+    """The approved baseline of this very GPU unit when there is one, else the approved baseline
+    of this GPU model — never "the newest file"."""
+    if fingerprint.gpu_uuid and _UUID.fullmatch(fingerprint.gpu_uuid):
+        own = unit_path(root, fingerprint.gpu_slug, fingerprint.gpu_uuid)
+        if own.is_file():
+            return own
     p = approved_path(root, fingerprint.gpu_slug)
     if p.is_file():
         return p
@@ -253,7 +277,11 @@ def approve(
     approved = dataclasses.replace(cand, source=str(dest),
                                    approval={"from": str(candidate), "at": _utc_stamp(now), "forced": bool(force)})
     write_slim(approved, dest)
-    return Approval(dest, dropped, added, replaced)
+    unit = None
+    if cand.fingerprint.gpu_uuid:
+        unit = unit_path(root, cand.fingerprint.gpu_slug, cand.fingerprint.gpu_uuid)
+        write_slim(dataclasses.replace(approved, source=str(unit)), unit)
+    return Approval(dest, dropped, added, replaced, unit)
 
 
 def migrate(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:

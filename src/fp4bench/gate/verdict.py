@@ -1,18 +1,17 @@
-"""Noise-aware regression verdicts on raw timing samples.
+"""Regression verdicts on independent measurement windows.
 
-Rule for one benchmark (``ratio = median(new) / median(base)``)::
+The timing of one benchmark is decided by ``gate.rule`` on its **window medians**: each window of
+the baseline (``--fp4-windows`` when it was recorded: interleaved passes over the sweep, each its
+own preparation and graph capture) and each window of the current run is one replicate; samples
+inside a window only say how well that window's median is known::
 
-    FAIL       ratio - 1 >= floor - allowance            (the change may reach the floor)
-           and one-sided Mann-Whitney U p_adj < alpha  (new is slower, not a fluke)
-           and ratio - 1 > noise                       (beyond the baseline's own spread)
-               with allowance = max(drift, noise), never below 0: the floor is the slowdown
-               that must be *caught*, and one measured median moves by up to ``drift`` between
-               two runs of an unchanged stack, so a change within that distance of the floor
-               is treated as reaching it (a guard band)
-    AMBIGUOUS  slower beyond the floor but not significant or within noise (a suspect: re-measure),
-               or significantly slower beyond the noise but under floor - allowance,
-               or fewer than ``min_samples`` samples on either side
-    PASS       otherwise; "improved" when faster by the same three criteria
+    FAIL       the change is shown, by >= 2 new windows, to reach the guard band
+               log(1 + floor * (1 - margin)) (``rule.decide``)
+    PASS       it is shown to stay below the guard band; "improved" when shown below minus it
+    AMBIGUOUS  neither, and no further window can be taken (``judge(budget_left=False)``, every
+               ``compare``); printed with its interval. In a pytest run an undecided benchmark
+               takes another window first (``Verdict.wants_more``), up to a per-case and a
+               session budget. Too few samples (``min_samples``) is AMBIGUOUS too, undecided
     INVALID    either run flagged a clock anomaly / invalid sample set in ``extra_info``, or (with
                ``Policy(throttle="invalid")``) throttling: the timing is not judged. INVALID and
                too-few-samples AMBIGUOUS fail the gate unless ``allow_ambiguous``: a run where no
@@ -25,35 +24,17 @@ Rule for one benchmark (``ratio = median(new) / median(base)``)::
     NEW / MISSING  only in the current run / only in the baseline (MISSING fails by default:
                pytest-benchmark matches by ``fullname`` and silently skips renamed tests)
 
-Why each part:
-
-* **Median, not mean**: one outlier moved a mean +24 % while the median moved +0.2 %.
-* **Floor**: with thousands of samples a 0.3 % drift is "significant"; the floor is the smallest
-  change anyone would act on.
-* **Mann-Whitney U** (rank test, one-sided "new slower"): GPU timings are skewed with outliers;
-  MWU assumes no distribution. It is done with ``scipy.stats.mannwhitneyu``.
-* **Allowance (guard band)**: judging only ``ratio - 1 >= floor`` catches a true 5 % slowdown
-  about half the time, because the run-to-run shift of an unchanged build pushes the measured
-  change to either side of 5 % (on the H200's A/A samples scaled by 1.05: 23 of 39 FAIL).
-  ``drift`` is that shift: 2 % by default. The largest A/A change measured on the H200 was
-  2.37 % (p95 1.17 %, docs/results-h200.md), below ``floor - drift`` = 3 %, so an unchanged
-  stack does not fail while a 5 % slowdown does (38 of 39 on scaled A/A samples).
-* **Noise**: a run-to-run shift of the median as large as the samples' own spread is normal on a
-  GPU (clocks, power). ``noise`` is ``extra_info["noise_floor"]`` of the baseline (a relative A/A
-  run-to-run spread measured by repeating an unchanged build) when present, else
-  ``noise_k * 1.4826 * MAD / median`` of the baseline samples (a robust relative sigma).
-* **Multiple comparisons**: M benchmarks at alpha each give about M*alpha false alarms per run.
-  ``compare`` controls the family-wise error rate with Holm–Bonferroni over all compared
-  benchmarks (uniformly more powerful than Bonferroni). A pytest plugin that must decide each test
-  as it runs, before the others are known, uses ``judge`` with Bonferroni ``alpha / m``,
-  m = number of benchmarks in the baseline: conservative (never fails where Holm would not), and
-  the end-of-session summary re-decides everything with Holm.
+Each benchmark is decided on its own windows, so the decision made as a pytest test finishes
+(``judge``) and the one of the session's final table (``compare``) are the same decision.
+Noise only widens a benchmark's interval (it needs more windows to be decided); it never moves
+the threshold. A baseline from another GPU unit adds the unit-to-unit offset to the error term
+(``for_changes``): such a baseline is less sensitive, and the report says so.
 
 ``extra_info`` keys read here (written by the measure layer): ``throttled`` (bool),
 ``clock_anomaly`` (bool or text), ``invalid`` (text: any other reason the sample set is void),
-``noise_floor`` (relative, e.g. 0.02), ``kernels`` (list of kernel names; a different *set* of
-names is a dispatch change), ``sm_clock_mhz`` (number or per-sample list), ``throttle_reasons``
-(text or list of NVML reason names).
+``kernels`` (list of kernel names; a different *set* of names is a dispatch change),
+``sm_clock_mhz`` (number or per-sample list), ``throttle_reasons`` (text or list of NVML reason
+names). ``noise_floor`` is read only to say that it no longer applies.
 """
 
 from __future__ import annotations
@@ -64,15 +45,19 @@ from enum import Enum
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from fp4bench.env import Fingerprint
+from fp4bench.gate import rule
 from fp4bench.gate.baseline import (Baseline, BenchmarkRecord, check_compatible, check_same_measurement,
                                     check_samples, is_ok)
 from fp4bench.gate.coverage import (EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, Coverage, Scope, account, group_of,
                                     narrow)
+from fp4bench.deprecated import warn_once
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution * this = its sigma
+#: the spread (log time) of one benchmark's offset between two H200 units: docs/measurement.md,
+#: "Another GPU unit" derives it from the cross-unit A/A numbers of docs/results-h200.md
+CROSS_UNIT_SIGMA = 0.006
 INVALID_FLAGS = ("clock_anomaly", "invalid")
 THROTTLE_POLICIES = ("report", "invalid")
 
@@ -101,23 +86,26 @@ DISPATCH_POLICIES = ("report", "fail")
 
 @dataclass(frozen=True)
 class Policy:
-    """Gate settings. ``floor``/``noise`` are relative (0.05 = 5 %).
+    """Gate settings. ``floor`` is relative (0.05 = 5 %): the slowdown that must FAIL; ``floor``
+    5 % matches common practice (sgl-kernel's ``benchmark/kernel_bench_regression`` gates per
+    SKU at ±5 %). The decision rule's other settings (``margin``, ``confidence``, ``prior_sigma``,
+    ``min_new_for_fail``) default to ``rule.RuleSettings``'s; ``unit_sigma`` is set by
+    ``for_changes`` for a baseline from another GPU unit. ``min_samples``: fewer samples on
+    either side is no measurement (AMBIGUOUS, undecided).
 
-    Defaults are judgement calls, not measurements: ``floor`` 5 % matches common practice
-    (sgl-kernel's ``benchmark/kernel_bench_regression`` gates per SKU
-    at ±5 %); ``noise_k`` 2 because an unchanged GEMM's
-    median moved ~4 % between runs under a power cap while per-sample spread was ~±3 %
-    (docs/results-h200.md) — i.e. run-to-run drift is of the order of the sample spread;
-    record an A/A ``noise_floor`` per benchmark to replace this proxy. ``min_samples`` 5: at 3+3
-    samples the exact one-sided MWU p cannot go below 1/C(6,3) = 0.05; 5+5 reaches 0.004, still
-    too coarse for a family of many benchmarks (``min_attainable_p``), so measure far more.
-    """
+    ``drift``, ``alpha`` and ``noise_k`` belonged to a sample-level test that is gone; they are
+    kept so old command lines parse, and no longer change any verdict (``--fp4-drift`` warns)."""
 
     floor: float = 0.05
-    #: run-to-run shift of an unchanged build's median (relative); the guard band below the floor
-    drift: float = 0.02
-    alpha: float = 0.05  # family-wise (Holm) in ``compare``; Bonferroni alpha/m in ``judge``
-    noise_k: float = 2.0
+    drift: float = 0.0  # deprecated: not applied
+    alpha: float = 0.05  # deprecated: not applied
+    noise_k: float = 2.0  # deprecated: not applied
+    margin: float = rule.RuleSettings.margin
+    confidence: float = rule.RuleSettings.confidence
+    pass_confidence: float = rule.RuleSettings.pass_confidence
+    prior_sigma: float = rule.RuleSettings.prior_sigma
+    min_new_for_fail: int = rule.RuleSettings.min_new_for_fail
+    unit_sigma: float = 0.0
     min_samples: int = 5
     allow_missing: bool = False
     fail_on_ambiguous: bool = False
@@ -125,11 +113,19 @@ class Policy:
     allow_ambiguous: bool = False
     dispatch: str = "report"  # "report": flag only; "fail": a kernel-set change is a FAIL
     throttle: str = "report"  # "report": judge timing, show throttle state; "invalid": INVALID
-    #: why ``drift`` differs from what was asked (``for_changes``); shown in the report header
+    #: why the rule is less sensitive than on the baseline's own unit (``for_changes``); shown
+    #: in the report header
     drift_note: str = ""
 
+    def rule_settings(self) -> rule.RuleSettings:
+        """The decision rule's settings for this policy."""
+        return rule.RuleSettings(floor=self.floor, margin=self.margin, confidence=self.confidence,
+                                 pass_confidence=self.pass_confidence,
+                                 prior_sigma=self.prior_sigma, min_new_for_fail=self.min_new_for_fail,
+                                 unit_sigma=self.unit_sigma)
+
     def __post_init__(self) -> None:
-        if not (0 <= self.floor < 10):
+        if not (0 < self.floor < 10):
             raise ValueError(f"Policy.floor is a relative change (0.05 = 5 %), got {self.floor}")
         if not (0 <= self.drift < 10):
             raise ValueError(f"Policy.drift is a relative change (0.02 = 2 %), got {self.drift}")
@@ -143,6 +139,7 @@ class Policy:
             raise ValueError(f"Policy.throttle must be one of {THROTTLE_POLICIES}, got {self.throttle!r}")
         if self.dispatch not in DISPATCH_POLICIES:
             raise ValueError(f"Policy.dispatch must be one of {DISPATCH_POLICIES}, got {self.dispatch!r}")
+        self.rule_settings()  # RuleSettings validates margin, confidence, prior_sigma, ...
 
 
 @dataclass(frozen=True)
@@ -172,6 +169,13 @@ class Verdict:
     n_new: int = 0
     #: no timing judgement was possible (INVALID, too few samples): the gate cannot say PASS
     undecided: bool = False
+    #: the rule's interval of the change, percent (lower, upper one-sided bounds)
+    interval: tuple[float, float] | None = None
+    #: windows judged on each side
+    windows_base: int = 0
+    windows_new: int = 0
+    #: undecided, and the caller may take another window (``judge(budget_left=True)``)
+    wants_more: bool = False
 
     @property
     def pct(self) -> float | None:
@@ -179,43 +183,16 @@ class Verdict:
         return None if self.ratio is None else (self.ratio - 1.0) * 100.0
 
 
-# --- statistics -------------------------------------------------------------------------------
+# --- replicates ---------------------------------------------------------------------------
 
 
-def holm(pvalues: Sequence[float]) -> np.ndarray:
-    """Holm–Bonferroni adjusted p-values (reject where adjusted < alpha); FWER control."""
-    p = np.asarray(pvalues, dtype=float)
-    m = p.size
-    if m == 0:
-        return p
-    order = np.argsort(p, kind="stable")
-    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    adj = np.empty_like(p)
-    adj[order] = np.minimum(stepped, 1.0)
-    return adj
-
-
-def bonferroni(p: float, m: int) -> float:
-    return min(1.0, p * max(m, 1))
-
-
-def relative_noise(base: np.ndarray, base_extra: Mapping[str, Any], policy: Policy) -> float:
-    """The change an unchanged build may show: A/A floor if recorded, else k * robust rel. sigma."""
-    nf = base_extra.get("noise_floor")
-    if nf is not None:
-        nf = float(nf)
-        if not math.isfinite(nf) or nf < 0:
-            raise ValueError(f"extra_info['noise_floor'] must be a relative value >= 0, got {nf}")
-        return nf
-    med = float(np.median(base))
-    if med <= 0:
-        return math.inf
-    return policy.noise_k * MAD_TO_SIGMA * float(stats.median_abs_deviation(base)) / med
-
-
-def min_attainable_p(n_new: int, n_base: int) -> float:
-    """Smallest one-sided exact MWU p with these sample counts: 1 / C(n1+n2, n1)."""
-    return 1.0 / math.comb(n_new + n_base, n_new)
+def windows_of(samples: Any) -> tuple[tuple[float, ...], ...]:
+    """The windows of one side: a sequence of sample sequences, or one flat sample sequence
+    (one window)."""
+    seq = list(samples)
+    if seq and isinstance(seq[0], (list, tuple, np.ndarray)):
+        return tuple(tuple(w) for w in seq)
+    return (tuple(seq),)
 
 
 @dataclass(frozen=True)
@@ -223,32 +200,25 @@ class _Assessment:
     base_median: float
     new_median: float
     ratio: float
-    p_slower: float
-    p_faster: float
-    noise: float
+    est: rule.Estimate | None
     n_base: int
     n_new: int
+    windows_base: int
+    windows_new: int
 
 
-def _assess(
-    name: str, base: Sequence[float], new: Sequence[float], base_extra: Mapping[str, Any], policy: Policy
-) -> _Assessment:
-    b = np.asarray(check_samples(list(base), f"baseline benchmark {name!r}"), dtype=float)
-    n = np.asarray(check_samples(list(new), f"current benchmark {name!r}"), dtype=float)
-    mb, mn = float(np.median(b)), float(np.median(n)) if n.size else math.nan
-    ratio = mn / mb if mb > 0 else math.nan
-    if b.size and n.size:
-        p_slow = float(stats.mannwhitneyu(n, b, alternative="greater").pvalue)
-        p_fast = float(stats.mannwhitneyu(n, b, alternative="less").pvalue)
-    else:
-        p_slow = p_fast = 1.0
-    p_slow = 1.0 if math.isnan(p_slow) else p_slow
-    p_fast = 1.0 if math.isnan(p_fast) else p_fast
-    try:
-        noise = relative_noise(b, base_extra, policy)
-    except ValueError as e:
-        raise ValueError(f"benchmark {name!r}: {e}") from None
-    return _Assessment(mb, mn, ratio, p_slow, p_fast, noise, b.size, n.size)
+def _assess(name: str, base: BenchmarkRecord, new: Any, base_extra: Mapping[str, Any],
+            policy: Policy) -> _Assessment:
+    bw = tuple(check_samples(list(w), f"baseline benchmark {name!r}") for w in base.windows)
+    nw = tuple(check_samples(list(w), f"current benchmark {name!r}") for w in windows_of(new))
+    if base_extra.get("noise_floor") is not None:
+        warn_once("noise_floor", "fp4bench: the baseline's extra_info['noise_floor'] no longer applies: the gate "
+                                 "takes the spread between windows from the windows themselves")
+    bm = [float(np.median(w)) for w in bw]
+    nm = [float(np.median(w)) for w in nw]
+    est = rule.estimate(bm, nm, policy.rule_settings(), what=f"benchmark {name!r}")
+    mb, mn = float(np.exp(np.mean(np.log(bm)))), float(np.exp(np.mean(np.log(nm))))
+    return _Assessment(mb, mn, math.exp(est.delta), est, sum(map(len, bw)), sum(map(len, nw)), len(bw), len(nw))
 
 
 # --- extra_info interpretation ----------------------------------------------------------------
@@ -303,21 +273,20 @@ def _kernel_change(
 def _decide(
     name: str,
     a: _Assessment,
-    p_adj_slow: float,
-    p_adj_fast: float,
-    family: int,
     base_extra: Mapping[str, Any],
     new_extra: Mapping[str, Any],
     policy: Policy,
+    budget_left: bool = False,
 ) -> Verdict:
     common: dict[str, Any] = dict(
         name=name,
         ratio=a.ratio,
-        p_value=a.p_slower,
-        p_adjusted=p_adj_slow,
         base_median=a.base_median,
         new_median=a.new_median,
-        noise=a.noise,
+        noise=a.est.se if a.est is not None else None,
+        interval=a.est.interval_pct if a.est is not None else None,
+        windows_base=a.windows_base,
+        windows_new=a.windows_new,
         floor=policy.floor,
         base_clock=_clock(base_extra),
         new_clock=_clock(new_extra),
@@ -330,6 +299,7 @@ def _decide(
     change = a.ratio - 1.0
     improved = False
     undecided = True
+    more = False
     if invalid:
         status, reason = Status.INVALID, f"{invalid}; timing not judged"
     elif not math.isfinite(change):
@@ -339,7 +309,7 @@ def _decide(
         reason = f"too few samples (baseline {a.n_base}, current {a.n_new}; need >= {policy.min_samples})"
     else:
         undecided = False
-        status, reason, improved = _timing_status(change, a, p_adj_slow, p_adj_fast, family, policy)
+        status, reason, improved, more = _timing_status(a, policy, budget_left)
 
     kinds = _kernel_change(base_extra, new_extra)
     if kinds is not None and new_extra.get("explicit_tactic"):
@@ -362,6 +332,7 @@ def _decide(
         kernels_added=added,
         kernels_removed=removed,
         undecided=undecided,
+        wants_more=more,
         **common,
     )
 
@@ -380,7 +351,7 @@ def _tactic_kernel_change(common: dict[str, Any], base_extra: Mapping[str, Any],
     reason = (f"tactic {tactic} now runs another kernel: {_identity(base_extra)} → {_identity(new_extra)}; "
               "timings of different kernels are not compared")
     status = Status.FAIL if policy.dispatch == "fail" else Status.INVALID
-    kept = {k: v for k, v in common.items() if k not in ("ratio", "p_value", "p_adjusted")}  # no Δ
+    kept = {k: v for k, v in common.items() if k not in ("ratio", "interval")}  # no Δ
     return Verdict(status=status, kind=KERNEL_CHANGE, reason=reason, dispatch_changed=True,
                    kernels_added=kinds[0], kernels_removed=kinds[1], **kept)
 
@@ -421,69 +392,59 @@ def _moved_to(v: Verdict, base_extra: Mapping[str, Any],
     return v
 
 
-def _timing_status(
-    change: float, a: _Assessment, p_slow: float, p_fast: float, family: int, policy: Policy
-) -> tuple[Status, str, bool]:
-    sig_slow, sig_fast = p_slow < policy.alpha, p_fast < policy.alpha
-    floor_pct, noise_pct = policy.floor * 100, a.noise * 100
-    allowance = max(policy.drift, a.noise)
-    threshold = max(0.0, policy.floor - allowance)
-    if change >= threshold and sig_slow and change > a.noise:
-        if change >= policy.floor:
-            return Status.FAIL, "slower beyond floor and noise", False
-        return Status.FAIL, (f"slower beyond noise and within the run-to-run allowance "
-                             f"(±{allowance * 100:.1f}%) of the {floor_pct:g}% floor"), False
-    if change >= policy.floor:
-        if not sig_slow:
-            why = (
-                f"slower beyond the {floor_pct:g}% floor but not significant "
-                f"(p_adj {p_slow:.2g} >= α {policy.alpha:g})"
-            )
-            p_min = min_attainable_p(a.n_new, a.n_base)
-            if p_min * family >= policy.alpha:
-                why += (
-                    f"; with n={a.n_base}/{a.n_new} the smallest attainable p is {p_min:.2g}"
-                    f" >= α/m = {policy.alpha / family:.2g} (m={family}): take more samples"
-                )
-            return Status.AMBIGUOUS, why, False
-        return Status.AMBIGUOUS, f"slower beyond the floor but within the baseline's noise (±{noise_pct:.1f}%)", False
-    if change > 0 and sig_slow and change > a.noise:
-        return Status.AMBIGUOUS, (f"significantly slower but under the {floor_pct:g}% floor less the "
-                                  f"{allowance * 100:.1f}% allowance"), False
-    if -change >= policy.floor and sig_fast and -change > a.noise:
-        return Status.PASS, "improved", True
-    return Status.PASS, "", False
+def _timing_status(a: _Assessment, policy: Policy, budget_left: bool) -> tuple[Status, str, bool, bool]:
+    """(status, reason, improved, wants more) from the rule's decision on the windows."""
+    settings = policy.rule_settings()
+    est = a.est
+    d = rule.decide(est, settings, budget_left=budget_left)
+    lo, hi = est.interval_pct
+    band = math.expm1(settings.threshold) * 100
+    where = f"Δ {est.pct:+.1f}% in [{lo:+.1f}%, {hi:+.1f}%] over {est.n_base}+{est.n_new} windows"
+    if d is rule.Decision.FAIL:
+        if est.lo >= settings.threshold and est.n_new >= settings.min_new_for_fail:
+            return Status.FAIL, f"{where}: slower beyond the {band:.1f}% guard band below the floor", False, False
+        return Status.FAIL, f"{where}: at least twice the floor, every new window slower than every base one", \
+            False, False
+    if d is rule.Decision.PASS:
+        better = rule.improved(est, settings)
+        return Status.PASS, ("improved" if better else ""), better, False
+    if d is rule.Decision.MORE:
+        return Status.AMBIGUOUS, f"{where}: undecided, another window wanted", False, True
+    if est.lo >= settings.threshold:
+        return Status.AMBIGUOUS, (f"{where}: slower beyond the {band:.1f}% guard band, but a FAIL needs "
+                                  f"{settings.min_new_for_fail} independent new windows"), False, False
+    return Status.AMBIGUOUS, f"{where}: neither shown to reach nor to stay below the {band:.1f}% guard band", \
+        False, False
 
 
 def judge(
     name: str,
     base: BenchmarkRecord | None,
-    samples: Sequence[float],
+    samples: Any,
     extra_info: Mapping[str, Any] | None = None,
     policy: Policy = Policy(),
     m: int = 1,
+    *,
+    budget_left: bool = False,
 ) -> Verdict:
-    """Decide one benchmark in isolation (pytest plugin, as each test runs).
-
-    Bonferroni at ``alpha / m`` with ``m`` = number of benchmarks in the baseline: conservative
-    before the other results are known; ``compare`` re-decides the whole set with Holm.
-    """
+    """Decide one benchmark on its own windows (``samples``: the current run's windows, or one
+    flat sample list). With ``budget_left`` an undecided benchmark is AMBIGUOUS with
+    ``wants_more``: take another window and judge again. ``m`` is not used (kept for callers)."""
     extra = dict(extra_info or {})
     if base is None:
         return _new_verdict(name, samples, extra)
-    a = _assess(name, base.samples, samples, base.extra_info, policy)
-    return _decide(
-        name, a, bonferroni(a.p_slower, m), bonferroni(a.p_faster, m), m, base.extra_info, extra, policy
-    )
+    a = _assess(name, base, samples, base.extra_info, policy)
+    return _decide(name, a, base.extra_info, extra, policy, budget_left)
 
 
-def _new_verdict(name: str, samples: Sequence[float], extra: Mapping[str, Any]) -> Verdict:
-    med = float(np.median(np.asarray(samples, dtype=float))) if len(samples) else None
+def _new_verdict(name: str, samples: Any, extra: Mapping[str, Any]) -> Verdict:
+    flat = [x for w in windows_of(samples) for x in w]
+    med = float(np.median(np.asarray(flat, dtype=float))) if flat else None
     return Verdict(
         name=name,
         status=Status.NEW,
         new_median=med,
-        n_new=len(samples),
+        n_new=len(flat),
         new_clock=_clock(extra),
         new_throttle=_throttle(extra),
         reason="not in the baseline",
@@ -506,6 +467,8 @@ class CompareResult:
     current_fingerprint: Fingerprint | None = None
     #: what was judged against what was expected (``compare`` always sets it)
     coverage: Coverage | None = None
+    #: lines for the report header: what makes this comparison less sensitive
+    notes: list[str] = field(default_factory=list)
 
     def by_status(self, status: Status) -> list[Verdict]:
         return [v for v in self.verdicts if v.status is status]
@@ -553,15 +516,15 @@ class CompareResult:
         return sorted(self.verdicts, key=lambda v: (_ORDER[v.status], -(v.ratio or 0.0), v.name))
 
     def suspects(self) -> list[str]:
-        """Timing benchmarks worth re-measuring before failing: FAIL, or slower beyond the floor
-        but unconfirmed (AMBIGUOUS) or throttled (INVALID). Lost tactics and MISSING are not
-        timing noise, so re-measuring would not change them."""
+        """Timing benchmarks worth more windows: undecided by the rule (AMBIGUOUS with an
+        interval), or slower beyond the floor but throttled (INVALID). Lost tactics and MISSING
+        are not timing noise, so re-measuring would not change them."""
         out = []
         for v in self.verdicts:
             if v.kind != TIMING or v.ratio is None:
                 continue
             slow = v.ratio - 1.0 >= self.policy.floor
-            if v.status is Status.FAIL or (slow and v.status in (Status.AMBIGUOUS, Status.INVALID)):
+            if (v.status is Status.AMBIGUOUS and v.interval is not None) or (slow and v.status is Status.INVALID):
                 out.append(v.name)
         return out
 
@@ -591,15 +554,16 @@ def for_changes(policy: Policy, changes: Sequence[tuple[str, Any, Any]],
                 base: Fingerprint | None = None, current: Fingerprint | None = None) -> Policy:
     """The policy to use given what changed between the baseline's machine and this one.
 
-    The run-to-run allowance (``drift``) was measured back to back on one GPU (A/A max 2.37 %).
-    Between two machines with the same GPU model two ~9 µs bf16 kernels moved +3.5 % and +4.2 %,
-    beyond it (docs/results-h200.md). So when the
-    fingerprint shows another physical GPU, the allowance is not applied: only a change that
-    reaches the floor itself fails, and the report says why. A unit that either side did not
-    record (``base``/``current`` fingerprints without ``gpu_uuid``) counts as another unit."""
-    if policy.drift and (any(key == "gpu_uuid" for key, _, _ in changes) or other_unit(base, current)):
-        return replace(policy, drift=0.0,
-                       drift_note=f"{policy.drift * 100:g}% not applied: another or unknown GPU unit")
+    Another physical GPU of the same model shifts single benchmarks by more than a unit's own
+    window-to-window spread (two ~9 µs bf16 kernels +3.5 % and +4.2 % across units, none beyond
+    2.4 % on one unit: docs/results-h200.md); more windows do not average that offset away. So
+    when the fingerprint shows another (or an unrecorded) unit, ``unit_sigma`` =
+    ``CROSS_UNIT_SIGMA`` enters the error term: the baseline is less sensitive (a change needs
+    a larger Δ to be shown), and the report says so. The threshold itself does not move."""
+    if policy.unit_sigma == 0 and (any(key == "gpu_uuid" for key, _, _ in changes) or other_unit(base, current)):
+        return replace(policy, unit_sigma=CROSS_UNIT_SIGMA,
+                       drift_note=f"another or unknown GPU unit: ±{CROSS_UNIT_SIGMA * 100:g}% unit offset "
+                                  "in the error term")
     return policy
 
 
@@ -612,8 +576,9 @@ def compare(
     current_sweep: Mapping[str, Any] | None = None,
     scope: Scope = Scope(),
 ) -> CompareResult:
-    """Judge every benchmark of ``current`` (``{fullname: (samples_s, extra_info)}``) against
-    ``baseline`` with Holm–Bonferroni over the compared set; plus availability regressions.
+    """Judge every benchmark of ``current`` (``{fullname: (windows or samples_s, extra_info)}``)
+    against ``baseline``, each on its own windows with no further window possible (an undecided
+    benchmark is AMBIGUOUS); plus availability regressions.
     ``scope`` says what the run selected and reached: the baseline's benchmarks outside it are
     not expected, those it never reached are not judged; both are counted in ``coverage``.
 
@@ -633,7 +598,6 @@ def compare(
     baseline = replace(full, benchmarks={n: full.benchmarks[n] for n in expected if n not in unreached})
 
     verdicts: dict[str, Verdict] = {}
-    judged: list[tuple[str, _Assessment, BenchmarkRecord, Mapping[str, Any]]] = []
     for name, rec in baseline.benchmarks.items():
         if name not in current:
             verdicts[name] = Verdict(
@@ -645,33 +609,11 @@ def compare(
             )
             continue
         samples, extra = current[name]
-        judged.append((name, _assess(name, rec.samples, samples, rec.extra_info, policy), rec, dict(extra or {})))
+        verdicts[name] = _decide(name, _assess(name, rec, samples, rec.extra_info, policy), rec.extra_info,
+                                 dict(extra or {}), policy)
     for name, (samples, extra) in current.items():
         if name not in baseline.benchmarks:
             verdicts[name] = _new_verdict(name, samples, dict(extra or {}))
-
-    # Holm family: benchmarks whose timing is actually tested (valid and with enough samples).
-    in_family = [
-        i
-        for i, (_, a, rec, extra) in enumerate(judged)
-        if min(a.n_base, a.n_new) >= policy.min_samples
-        and math.isfinite(a.ratio)
-        and not (_invalid_reason(rec.extra_info, "", policy) or _invalid_reason(extra, "", policy))
-    ]
-    fam = len(in_family)
-    adj_slow = dict(zip(in_family, holm([judged[i][1].p_slower for i in in_family])))
-    adj_fast = dict(zip(in_family, holm([judged[i][1].p_faster for i in in_family])))
-    for i, (name, a, rec, extra) in enumerate(judged):
-        verdicts[name] = _decide(
-            name,
-            a,
-            adj_slow.get(i, bonferroni(a.p_slower, fam)),
-            adj_fast.get(i, bonferroni(a.p_faster, fam)),
-            max(fam, 1),
-            rec.extra_info,
-            extra,
-            policy,
-        )
 
     for name, v in verdicts.items():
         if v.kind == KERNEL_CHANGE:
@@ -686,7 +628,11 @@ def compare(
     coverage = account(expected, set(current), decided, unreached, not_selected,
                        [n for n in scope.skipped_now if n not in full.benchmarks], policy.allow_missing,
                        {n: group_of(r.extra_info) for n, r in full.benchmarks.items()})
-    return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint, coverage)
+    notes = []
+    if baseline.min_windows == 1:
+        notes.append("baseline has 1 window: less sensitive, re-record it (--fp4-save-baseline takes "
+                     "--fp4-windows 3 independent windows)")
+    return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint, coverage, notes)
 
 
 def availability_verdicts(before: Mapping[str, str], now: Mapping[str, str]) -> list[Verdict]:
