@@ -18,6 +18,8 @@ from fp4bench.options import GATE, add_options, policy_kwargs
 from fp4bench.report import verdict_table
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+#: nothing was judged, or fewer benchmarks than expected (an empty selection, a lost worker, an interrupted run)
+EXIT_INCOMPLETE = 3
 PROG = "fp4bench compare"
 
 
