@@ -368,10 +368,11 @@ class AbRunner:
             est = pair.estimate = self._estimate(parts, budget_left=can_more)
             if est is None:
                 live = [sum(1 for p in parts.values() if p.side == s and p.status == "measured") for s in SIDES]
-                if min(live) < MIN_REPLICATES or not can_more:
+                # a replacement catches up beyond the rounds cap (one base of rounds), time allowing
+                if min(live) < MIN_REPLICATES or not budget or r >= cfg.max_rounds + cfg.rounds:
                     pair.stopped = "too few replicates"
                     return
-                continue  # a replacement still needs its rounds
+                continue
             if est.decision is not Decision.MORE:
                 pair.stopped = ("decided" if est.decision is not Decision.AMBIGUOUS
                                 else "time budget spent" if not budget else f"{cfg.max_rounds} rounds")
