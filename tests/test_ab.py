@@ -184,6 +184,8 @@ def test_a_worker_that_dies_partway_is_named_dropped_and_replaced(tmp_path):
     (repl,) = [i for i in run.processes if i.replaces == crash.proc]
     assert repl.side == crash.side and any(x.proc == repl.proc and x.rounds for x in hit.parts)
     assert crash.proc not in hit.estimate.offsets
+    live = [x for x in hit.parts if x.status == "measured"]
+    assert len(hit.a.samples) + len(hit.b.samples) == sum(len(x.samples) for x in live)  # not the dead one's
     result = judge(run, Policy(floor=0.2))
     text = report(run, result)
     assert f"CRASH: process {crash.proc} (side {crash.side}) lost during" in text
@@ -209,7 +211,8 @@ def test_a_benchmark_left_with_too_few_replicates_is_not_judged_and_incomplete()
     result = judge(run, Policy())
     (v,) = result.verdicts
     assert v.status is Status.AMBIGUOUS and v.kind == "worker lost" and "not judged" in v.reason
-    assert outcome(run, result) == (EXIT_INCOMPLETE, "1 AMBIGUOUS; nothing judged: no benchmark was timed on both sides (1 not judged, worker lost) → incomplete (exit 3)")
+    assert outcome(run, result) == (EXIT_INCOMPLETE, "1 AMBIGUOUS; nothing judged: no benchmark was timed on both "
+                                                     "sides (1 not judged, worker lost) → incomplete (exit 3)")
     assert "CRASH: process B2 (side B) lost during round 2 of b::lost" in report(run, result)
 
 
@@ -223,6 +226,7 @@ def test_cli_usage_errors_come_before_any_worker_starts(capsys, monkeypatch):
     from fp4bench.worker.pool import Worker
 
     monkeypatch.setattr(Worker, "start", lambda self: pytest.fail("a worker started"))
+    monkeypatch.syspath_prepend(FAKES)  # the --plugin module is importable here: its names are known up front
     assert ab_main(_cli("--backends", "torch-bf16,no-such-backend")) == 2
     err = capsys.readouterr().err
     assert "--backends: unknown backend no-such-backend; known: " in err and "torch-bf16" in err
@@ -320,7 +324,7 @@ def test_telemetry_is_summarized_per_side_in_the_report_and_json():
 AB_PYTEST = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:hypothesispytest",
              "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-plugin", "ab_env",
              # one token: pytest takes rootdir hints from path-like arguments, an option's value too
-             "--fp4-backends", "ab-spin", f"--fp4-ab-against={sys.executable}", "--fp4-ab-rounds", "4",
+             "--fp4-backends", "ab-spin", f"--fp4-ab-against={sys.executable}", "--fp4-ab-rounds", "4", "--fp4-ab-replicates", "2",
              "--fp4-ab-round-samples", "5", "--fp4-floor", "20"]
 
 
@@ -353,7 +357,8 @@ def test_pytest_ab_against_fails_like_a_test_with_the_ab_table(ab_bench, monkeyp
     assert out.count("summary: 2 FAIL → regression (exit 1)") == 1  # the table once: as the failure text
     data = json.loads((ab_bench.path / "ab.json").read_text())
     assert data["counts"]["FAIL"] == 2 and data["telemetry"] == {"A": None, "B": None}
-    assert {r["round_order"] for r in data["benchmarks"]} == {"ABBAABBA"}
+    assert all("".join(o[0][0] for o in r["round_order"]) == "ABBA" for r in data["benchmarks"])
+    assert all(len(r["processes"]) == 4 for r in data["benchmarks"])  # 2 replicates per side
 
 
 def test_pytest_ab_against_passes_on_the_same_stack_and_honours_k(ab_bench):

@@ -113,6 +113,7 @@ class ProcPart:
     digest: str | None = None
     #: round index -> median seconds of that round's samples
     rounds: dict[int, float] = field(default_factory=dict)
+    samples: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -440,7 +441,7 @@ class AbRunner:
             reply = self._ask(pid, {"op": "time", "case": entries[info.side]["case"],
                                     "samples": self.cfg.round_samples, "kernel_time": cupti}, f"timing {name}")
         except WorkerLost as exc:
-            part.status, part.reason, part.rounds = "lost", str(exc), {}
+            part.status, part.reason, part.rounds, part.samples = "lost", str(exc), {}, []
             self._lost(pid, name, f"round {r + 1} of", exc)
             self._replace(info, name, entries, parts, res, where)
             return
@@ -450,7 +451,7 @@ class AbRunner:
             return
         t = reply["timing"]
         part.rounds[r] = round_median(t["samples_s"])
-        side.samples += t["samples_s"]
+        part.samples += t["samples_s"]
         if cupti and "kernels" in (t.get("extra") or {}):  # CUPTI names of the timed kernels
             side.extra_info["kernels"] = t["extra"]["kernels"]
         side.extra_info.update(timer=t["method"], calls_per_sample=t["calls_per_sample"])
@@ -495,6 +496,9 @@ class AbRunner:
             if side.status in ("failed", "skipped", "unsupported"):
                 continue
             live = [p for p in parts.values() if p.side == s and p.status == "measured"]
+            # only what the surviving processes measured: a lost process's rounds are not evidence
+            side.samples = [x for p in live for x in p.samples]
+            side.telemetry = [t for t in side.telemetry if t["process"] in {p.proc for p in live}]
             side.status = "measured" if live else "lost"
             if not live:
                 side.reason = "; ".join(p.reason for p in parts.values() if p.side == s and p.status == "lost")
