@@ -216,6 +216,16 @@ def test_a_benchmark_left_with_too_few_replicates_is_not_judged_and_incomplete()
     assert "CRASH: process B2 (side B) lost during round 2 of b::lost" in report(run, result)
 
 
+def test_cases_skipped_on_both_sides_are_listed_collapsed():
+    run = _lost_run()
+    run.pairs += [Paired(f"b::skip{i}", SideResult("skipped", reason="needs SM100"),
+                         SideResult("skipped", reason="needs SM100")) for i in range(5)]
+    result = judge(run, Policy())
+    text = " ".join(report(run, result).split())
+    assert "skipped on both sides (5): b::skip0 (needs SM100), b::skip1 (needs SM100), b::skip2 (needs SM100) ..." in text
+    assert len(to_json(run, result)["skipped_on_both"]) == 5
+
+
 def _cli(*extra: str) -> list[str]:
     return ["--a", sys.executable, "--b", sys.executable, "--plugin", "ab_env", "--kinds", "dense", "--batches",
             "1", "--tp", "8", "--device", "cpu", "--replicates", "2", "--rounds", "4", "--max-rounds", "4",
