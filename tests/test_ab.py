@@ -192,6 +192,54 @@ def test_a_worker_that_dies_partway_is_named_dropped_and_replaced(tmp_path):
     assert f"crashed: {crash.proc} (dropped)" in " ".join(text.split())
 
 
+@pytest.mark.parametrize("timer", ["span", "cupti"])
+def test_timer_choice_keeps_the_profiler_out_of_span_rounds(monkeypatch, timer):
+    """span: the capture step of one process per side is profiled for the kernel names (3 samples,
+    not used) and the rounds are not; cupti: every round profiled, no capture profiled."""
+    sent: list[tuple[str, dict]] = []
+    ask = AbRunner._ask
+
+    def recording(self, pid, msg, what):
+        sent.append((pid, dict(msg)))
+        return ask(self, pid, msg, what)
+
+    monkeypatch.setattr(AbRunner, "_ask", recording)
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_TACTICS": "t0"})
+    run = AbRunner(a, a, _cfg(rounds=2, max_rounds=2, timer=timer, settings=RuleSettings(floor=5.0))).run()
+    assert len(run.pairs) == 2 and all(p.a.status == p.b.status == "measured" for p in run.pairs)
+    timed = [(pid, m) for pid, m in sent if m.get("op") == "time"]
+    rounds = [pid for pid, m in timed if m["samples"] == 4]
+    captures = [(pid, m["kernel_time"]) for pid, m in timed if m["samples"] == 3]
+    assert sorted(rounds) == sorted(["A1", "A2", "B1", "B2"] * 2 * 2)  # 2 rounds x 2 benchmarks
+    assert all(m["kernel_time"] is (timer == "cupti") for _, m in timed if m["samples"] == 4)
+    assert len(captures) == 4 * 2  # every process captures every benchmark once
+    profiled = sorted(pid[0] for pid, k in captures if k)
+    assert profiled == (["A", "A", "B", "B"] if timer == "span" else [])  # one process per side and benchmark
+    for p in run.pairs:  # the capture step adds no samples
+        assert len(p.a.samples) == len(p.b.samples) == 2 * 2 * 4
+
+
+def test_interrupted_run_judges_what_finished_and_lists_the_rest():
+    """SIGINT (a time limit via ``timeout -s INT``, Ctrl-C) during the second benchmark: the first
+    is judged, the others are listed as not reached, the workers are gone, the run is incomplete."""
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_TACTICS": "t0,t1"})
+    seen: list[str] = []
+
+    def progress(line: str) -> None:
+        seen.append(line)
+        if "2/4 prepared + checked" in line:
+            raise KeyboardInterrupt
+
+    runner = AbRunner(a, a, _cfg(rounds=2, max_rounds=2, settings=RuleSettings(floor=5.0)), progress=progress)
+    run = runner.run()
+    assert len(run.pairs) == 1 and len(run.not_reached) == 3
+    assert not runner.workers
+    result = judge(run, Policy(floor=0.2))
+    assert "INCOMPLETE: interrupted, 3 benchmarks not reached" in report(run, result)
+    assert to_json(run, result)["not_reached"] == run.not_reached
+    assert outcome(run, result)[0] == EXIT_INCOMPLETE
+
+
 def _lost_run() -> AbRun:
     """A benchmark whose B side kept a single process (a worker died, no budget for a replacement)."""
     from _benchjson import H200
