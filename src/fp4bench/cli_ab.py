@@ -1,18 +1,22 @@
 """``fp4bench ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]``: may this stack be upgraded?
 
-Runs the sweep in both environments on this GPU, interleaved (``fp4bench.ab``), and judges B
-against A with the regression gate. Exit 0 = no regression, 1 = regression, 2 = usage error.
+Runs the sweep in both environments on this GPU, several worker processes per side with their
+rounds interleaved (``fp4bench.ab``), and judges B against A with the replicate rule. Exit 0 =
+no regression, 1 = regression, 2 = usage error, 3 = incomplete (nothing judged, a benchmark left
+unjudged by a lost worker, an interrupted run).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import sys
 from typing import Sequence
 
-from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _print_safely
-from fp4bench.options import FLOOR_DRIFT_ALPHA, SWEEP, add_options, policy_kwargs, positive_seconds
+from fp4bench.cli_compare import EXIT_USAGE, _print_safely
+from fp4bench.options import GATE, SWEEP, add_options, positive_seconds, split_list
 from fp4bench.outputs import check_outputs, write_atomic
 
 PROG = "fp4bench ab"
@@ -25,9 +29,31 @@ def _env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+        return v
+    return parse
+
+
+#: the gate options ab takes: the floor (its own default: two stacks side by side on one GPU
+#: resolve smaller changes than runs minutes apart) and the missing/ambiguous policy flags
+AB_FLOOR = dataclasses.replace(GATE[0], default=3.0)
+POLICY_FLAGS = tuple(o for o in GATE if o.name in ("allow-missing", "allow-ambiguous", "fail-on-ambiguous"))
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from fp4bench.ab.run import AbConfig
+    from fp4bench.sweep import SweepOptions
+
+    d = AbConfig(sweep=SweepOptions())
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1],
-                                 epilog="exit status: 0 no regression, 1 regression, 2 usage error")
+                                 epilog="exit status: 0 no regression, 1 regression, 2 usage error, 3 incomplete")
     ap.add_argument("--a", required=True, help="current stack: python interpreter or venv directory")
     ap.add_argument("--b", required=True, help="candidate stack: python interpreter or venv directory")
     ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
@@ -38,16 +64,52 @@ def build_parser() -> argparse.ArgumentParser:
                     help="backend module only side B loads, e.g. fp4bench.testing.slowdown with "
                          "--b-env FP4BENCH_SLOWDOWN=torch-bf16=0.05 to test the gate")
     add_options(ap.add_argument, SWEEP)
-    ap.add_argument("--rounds", type=int, default=8, help="timing rounds per side and benchmark (default 8)")
-    ap.add_argument("--round-samples", type=int, default=10, help="samples per round (default 10)")
-    ap.add_argument("--case-timeout", type=positive_seconds, default=900.0, help="seconds before a request is a hang")
+    ap.add_argument("--replicates", type=_count(2), default=d.replicates,
+                    help="worker processes per side, each an independent replicate (default %(default)d)")
+    ap.add_argument("--rounds", type=_count(2), default=d.rounds,
+                    help="timing rounds every benchmark gets, each visiting every process (default %(default)d)")
+    ap.add_argument("--max-rounds", type=_count(2), default=d.max_rounds,
+                    help="rounds an undecided benchmark may grow to (default %(default)d)")
+    ap.add_argument("--round-samples", type=_count(3), default=d.round_samples,
+                    help="samples per process and round (default %(default)d)")
+    ap.add_argument("--time-budget", type=positive_seconds, default=d.time_budget_s,
+                    help="seconds for the whole run: rounds/processes are added to undecided benchmarks only "
+                         "while the run fits in it (default %(default)g)")
+    ap.add_argument("--benchmark-budget", type=positive_seconds, default=d.benchmark_budget_s,
+                    help="seconds of added measurement one benchmark may take (default %(default)g)")
+    ap.add_argument("--case-timeout", type=positive_seconds, default=d.timeout_s,
+                    help="seconds before a request is a hang (default %(default)g)")
     ap.add_argument("--timer", choices=("span", "cupti"), default="span",
                     help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
                          "cupti: kernel busy time, every round profiled (slower)")
-    add_options(ap.add_argument, FLOOR_DRIFT_ALPHA)
+    add_options(ap.add_argument, (AB_FLOOR, *POLICY_FLAGS))
     ap.add_argument("--json", default=None, help="write the verdicts as JSON here (checked before the run)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     return ap
+
+
+def check_backends(requested: str | None, plugins: Sequence[str]) -> None:
+    """A ``--backends`` name no backend has is a usage error naming it and the known ones. The
+    known ones: this process's registry plus the backends of every ``--plugin`` module it can
+    import (a module only a worker's environment has leaves its names to the workers' listing)."""
+    if not requested:
+        return
+    from fp4bench.backends.registry import all_backends
+
+    known = {b.name for b in all_backends()}
+    for mod in plugins:
+        try:
+            known |= {b.name for b in getattr(importlib.import_module(mod), "BACKENDS", [])}
+        except Exception:
+            return  # cannot know every name here: the workers' listing decides (``unknown_backends``)
+    unknown_backends(split_list(requested, "--backends"), known)
+
+
+def unknown_backends(names: Sequence[str], known: set[str]) -> None:
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ValueError(f"--backends: unknown backend{'s' if len(bad) > 1 else ''} {', '.join(bad)}; "
+                         f"known: {', '.join(sorted(known))}")
 
 
 def ab_main(argv: Sequence[str] | None = None) -> int:
@@ -55,35 +117,42 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
-        return EXIT_OK if e.code in (0, None) else EXIT_USAGE
-    from fp4bench.ab.judge import judge, report, to_json
+        return 0 if e.code in (0, None) else EXIT_USAGE
+    from fp4bench.ab.judge import judge, outcome, report, to_json
     from fp4bench.ab.run import AbConfig, AbRunner, Side
+    from fp4bench.gate.rule import RuleSettings
     from fp4bench.gate.verdict import Policy
     from fp4bench.sweep import SweepOptions, sweep_options
 
     try:
         check_outputs({"--json": args.json}, (args.a, args.b), args.force)  # OutputError: before any worker
-        if args.rounds < 1 or args.round_samples < 3:
-            raise ValueError(f"need --rounds >= 1 and --round-samples >= 3, got {args.rounds}, {args.round_samples}")
 
         def given(name: str):
             return getattr(args, name.replace("-", "_"), None)
 
         sweep_options(given, {}, on_gpu=False)  # a bad value is a usage error before any worker starts
-        policy = Policy(**policy_kwargs(given))
+        check_backends(args.backends, [*args.plugin, *args.a_plugin, *args.b_plugin])
+        floor = args.floor / 100.0
+        policy = Policy(floor=floor, allow_missing=args.allow_missing, allow_ambiguous=args.allow_ambiguous,
+                        fail_on_ambiguous=args.fail_on_ambiguous)
 
         def sweep_for(fp: dict) -> SweepOptions:
             return sweep_options(given, {}, on_gpu=fp.get("gpu_name") != "cpu")
 
         sides = (Side(args.a, dict(args.a_env), tuple(args.a_plugin)), Side(args.b, dict(args.b_env), tuple(args.b_plugin)))
-        runner = AbRunner(*sides, AbConfig(sweep=SweepOptions(), device=args.device, pairs=args.rounds,
-                                           round_samples=args.round_samples, timeout_s=args.case_timeout, timer=args.timer,
-                                           plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed))
+        cfg = AbConfig(sweep=SweepOptions(), device=args.device, replicates=args.replicates, rounds=args.rounds,
+                       max_rounds=max(args.max_rounds, args.rounds), round_samples=args.round_samples,
+                       time_budget_s=args.time_budget, benchmark_budget_s=args.benchmark_budget,
+                       settings=RuleSettings(floor=floor), timeout_s=args.case_timeout, timer=args.timer,
+                       plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed)
+        runner = AbRunner(*sides, cfg)
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         run = runner.run(sweep_for)
+        if args.backends:
+            unknown_backends(split_list(args.backends, "--backends"), {n for v in run.known_backends.values() for n in v})
         result = judge(run, policy)
     except (RuntimeError, ValueError) as exc:  # a side that cannot start or list: nothing to judge
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -92,4 +161,4 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         write_atomic(args.json, json.dumps(to_json(run, result), indent=2, default=str) + "\n")
         print(f"verdicts written to {args.json}")
-    return EXIT_REGRESSION if result.exit_code or run.not_reached else EXIT_OK
+    return outcome(run, result)[0]

@@ -29,8 +29,13 @@ def addoption(group: Any) -> None:
                          "Write it as --fp4-ab-against=PATH: pytest picks its rootdir from path-like arguments")
     group.addoption("--fp4-ab-env", action="append", default=[], metavar="KEY=VALUE",
                     help="with --fp4-ab-against: an environment variable for side A's worker only")
-    group.addoption("--fp4-ab-rounds", type=int, default=8, help="with --fp4-ab-against: timing rounds per side "
-                                                                  "and benchmark (default 8)")
+    group.addoption("--fp4-ab-replicates", type=int, default=3,
+                    help="with --fp4-ab-against: worker processes per side (default 3)")
+    group.addoption("--fp4-ab-rounds", type=int, default=6, help="with --fp4-ab-against: timing rounds every "
+                                                                  "benchmark gets (default 6)")
+    group.addoption("--fp4-ab-time-budget", type=float, default=600.0,
+                    help="with --fp4-ab-against: seconds for the whole A/B run; undecided benchmarks get more "
+                         "rounds only while it fits (default 600)")
     group.addoption("--fp4-ab-round-samples", type=int, default=10,
                     help="with --fp4-ab-against: samples per round (default 10)")
 
@@ -113,9 +118,10 @@ class AbPlugin:
                                     "baseline (--benchmark-compare, --fp4-baseline) nor save one (--fp4-save-baseline)")
         self.env_a = _env_pairs(config.getoption("fp4_ab_env"))
         rounds, samples = config.getoption("fp4_ab_rounds"), config.getoption("fp4_ab_round_samples")
-        if rounds < 1 or samples < 3:
-            raise pytest.UsageError(f"need --fp4-ab-rounds >= 1 and --fp4-ab-round-samples >= 3, got {rounds}, "
-                                    f"{samples}")
+        reps, budget = config.getoption("fp4_ab_replicates"), config.getoption("fp4_ab_time_budget")
+        if rounds < 2 or samples < 3 or reps < 2 or not 0 < budget < float("inf"):
+            raise pytest.UsageError(f"need --fp4-ab-rounds >= 2, --fp4-ab-round-samples >= 3, --fp4-ab-replicates >= 2 "
+                                    f"and --fp4-ab-time-budget > 0, got {rounds}, {samples}, {reps}, {budget}")
 
     @pytest.hookimpl(trylast=True)  # after -k / -m deselection: the A/B run compares what is selected
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -142,15 +148,18 @@ class AbPlugin:
 
     def compare(self, item: AbItem) -> None:
         """Run both sides on the item's cases; raises AbRegression when the gate fails."""
-        from fp4bench.ab.judge import judge, report, to_json
-        from fp4bench.report import verdict_summary
+        from fp4bench.ab.judge import judge, outcome, report, to_json
         from fp4bench.ab.run import AbConfig, AbRunner, Side
+        from fp4bench.gate.rule import RuleSettings
         from fp4bench.plugin import _state
 
         st = _state(self.config)
         st.setup()
         opt = self.config.getoption
-        cfg = AbConfig(sweep=st.sweep, device=str(st.device), pairs=opt("fp4_ab_rounds"),
+        rounds = opt("fp4_ab_rounds")
+        cfg = AbConfig(sweep=st.sweep, device=str(st.device), replicates=opt("fp4_ab_replicates"), rounds=rounds,
+                       max_rounds=max(rounds, AbConfig.max_rounds), time_budget_s=opt("fp4_ab_time_budget"),
+                       settings=RuleSettings(floor=st.policy.floor),
                        round_samples=opt("fp4_ab_round_samples"), timeout_s=opt("fp4_case_timeout"),
                        plugins=tuple(opt("fp4_plugin")), cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"))
         verbose = self.config.get_verbosity() > 0
@@ -172,7 +181,8 @@ class AbPlugin:
         except (RuntimeError, ValueError) as exc:  # a side that cannot start or list the sweep
             raise AbRegression(f"fp4bench ab: {exc}", f"fp4bench ab: {exc}") from None
         result = judge(run, st.policy)
-        self.text, self.failed = report(run, result), bool(result.exit_code)
+        code, summary = outcome(run, result)
+        self.text, self.failed = report(run, result), code != 0
         path = opt("fp4_verdict_json")
         if path:
             from fp4bench.outputs import write_atomic  # the path was checked before the run
@@ -182,7 +192,7 @@ class AbPlugin:
 
         write_step_summary(verdict_markdown(result, baseline=f"side A: {item.against}"))
         if self.failed:
-            raise AbRegression(self.text, verdict_summary(result))
+            raise AbRegression(self.text, summary)
 
     def _echo(self, line: str) -> None:
         """A line on the terminal from inside the running test (past output capture)."""

@@ -5,6 +5,8 @@ the worker's environment variables, so two workers on the same interpreter act a
 passes and the matmul's CPU-load-dependent time stays out of the way) and then busy-waits
 ``FAKE_SPIN_S`` (default 2 ms) times ``1 + FAKE_SLOWDOWN``: a fixed, machine-load-independent
 call time. ``FAKE_VERSION`` is its reported version; ``FAKE_TACTICS`` the labels it lists.
+``FAKE_DIE_ONCE=PATH``: the first process to make its 40th call creates PATH and aborts (a worker
+that dies partway through its rounds); every later process sees PATH and lives.
 """
 
 import os
@@ -27,7 +29,15 @@ class AbSpin(TorchBF16):
         labels = os.environ.get("FAKE_TACTICS", "t0").split(",")
         return [Tactic(label, label) for label in labels]
 
+    calls = 0
+
     def run(self, prepared, tactic):
+        marker = os.environ.get("FAKE_DIE_ONCE")
+        if marker:
+            AbSpin.calls += 1
+            if AbSpin.calls == 40 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os.abort()
         if "product" not in prepared.args:
             prepared.args["product"] = super().run(prepared, tactic).clone()
         out = prepared.out

@@ -1,28 +1,36 @@
-"""The paired samples through the existing gate; the report and its JSON.
+"""The replicates through the shared rule (``gate.rule``); the report and its JSON.
 
-Side A is the baseline, side B the candidate: ``fp4bench.gate.verdict.compare`` judges every
-benchmark measured on both sides (floor, noise, Holm, dispatch change from the kernel names)
-and the availability maps give lost / new tactics. What the gate has no sample-based rule for is
-added as named verdicts here: a wrong output or a lost worker on B is a FAIL, operand bytes
-that differ between the sides make the timing INVALID (the two sides did not compute the same
-thing).
+Side A is the baseline, side B the candidate. The timing verdict of a benchmark measured on both
+sides is the rule's decision on the per-process offsets (``ab.estimate``): FAIL when B is shown
+slower beyond the guard band, PASS when shown below it, AMBIGUOUS (with its interval) when the
+budget ran out first. ``fp4bench.gate.verdict.compare`` still supplies what is not a timing
+statistic: lost / new tactics (the availability maps), kernel-set changes from the CUPTI kernel
+names, INVALID timings (operand bytes that differ, clock anomalies). Named failures are added
+here: a wrong output on B is a FAIL; a benchmark left with fewer than ``MIN_REPLICATES``
+processes per side (a worker died and was not replaced) is not judged, and such a run is
+incomplete (exit 3).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Any
 
+from fp4bench.ab.estimate import MIN_REPLICATES
 from fp4bench.ab.run import AbRun, Paired, SideResult
 from fp4bench.env import Fingerprint
+from fp4bench.gate import rule
 from fp4bench.gate.baseline import Baseline, BenchmarkRecord, availability_value
-from fp4bench.gate.verdict import CompareResult, Policy, Status, Verdict, compare
-from fp4bench.report import _render, delta_spread, describe_changes, verdict_table
-from fp4bench.textfit import wrap_line
+from fp4bench.gate.verdict import DISPATCH, KERNEL_CHANGE, TIMING, CompareResult, Policy, Status, Verdict, compare
+from fp4bench.report import _render, delta_spread, describe_changes, format_seconds
+from fp4bench.textfit import common_prefix, fit_table, wrap_line
 
 WRONG_OUTPUT = "wrong output"
 LOST_WORKER = "worker lost"
+#: the kinds whose status comes from the replicate rule
+_TIMED = (TIMING, KERNEL_CHANGE, DISPATCH)
 
 
 def _availability(side: SideResult, name: str) -> dict[str, str]:
@@ -41,10 +49,11 @@ def judge(run: AbRun, policy: Policy) -> CompareResult:
     for p in run.pairs:
         avail_a.update(_availability(p.a, p.name))
         avail_b.update(_availability(p.b, p.name))
-        if p.a.samples and p.b.samples:
+        if p.a.status == p.b.status == "measured" and p.a.samples and p.b.samples:
             extra_b = {**p.b.extra_info, **_telemetry_extra(p.b)}
-            if p.a.digest != p.b.digest:
-                extra_b["invalid"] = "operand bytes differ between A and B (different RNG/quantizer?)"
+            if p.digest_mismatch:
+                extra_b["invalid"] = (f"operand bytes differ between processes ({p.digest_mismatch}): "
+                                      "different RNG/quantizer?")
             records[p.name] = BenchmarkRecord(p.name, p.name, tuple(p.a.samples),
                                               {**p.a.extra_info, **_telemetry_extra(p.a)})
             current[p.name] = (p.b.samples, extra_b)
@@ -54,8 +63,42 @@ def judge(run: AbRun, policy: Policy) -> CompareResult:
                 extra_verdicts.append(v)
     base = Baseline(fa, records, avail_a, {}, None, {}, "side A")
     result = compare(base, current, avail_b, policy, fb)
-    result.verdicts += extra_verdicts
+    pairs = {p.name: p for p in run.pairs}
+    result.verdicts = [_ruled(v, pairs.get(v.name), run.settings) for v in result.verdicts] + extra_verdicts
     return result
+
+
+def _ruled(v: Verdict, p: Paired | None, settings: rule.RuleSettings) -> Verdict:
+    """A timing verdict with its status from the replicate rule (INVALID stays INVALID)."""
+    if p is None or v.kind not in _TIMED or v.status is Status.INVALID:
+        return v
+    crashed = f"; crashed: {', '.join(c.proc for c in p.crashes)} (dropped)" if p.crashes else ""
+    common = dict(p_value=None, p_adjusted=None, noise=None, floor=settings.floor)
+    if p.estimate is None:
+        return dataclasses.replace(v, status=Status.AMBIGUOUS, kind=LOST_WORKER if p.crashes else v.kind,
+                                   undecided=True, **common,
+                                   reason=f"not judged: fewer than {MIN_REPLICATES} usable processes per side"
+                                          + crashed)
+    e = p.estimate
+    lo, hi = e.est.interval_pct
+    band = math.expm1(settings.threshold) * 100
+    d = e.decision
+    status = {rule.Decision.FAIL: Status.FAIL, rule.Decision.PASS: Status.PASS}.get(d, Status.AMBIGUOUS)
+    if v.kind == DISPATCH and v.status is Status.FAIL:
+        status = Status.FAIL  # --dispatch fail: a kernel-set change fails whatever the timing
+    if status is Status.FAIL and d is rule.Decision.FAIL and e.est.lo < settings.threshold:
+        why = f"huge change, every B process slower than every A process (budget spent: {p.stopped})"
+    elif status is Status.FAIL:
+        why = f"B slower: the interval is above the {band:.2g}% guard band"
+    elif status is Status.PASS:
+        why = "" if not rule.improved(e.est, settings) else "improved"
+    else:
+        why = f"undecided ({p.stopped}): the interval straddles the {band:.2g}% guard band"
+    kernels = [x for x in v.reason.split("; ") if "kernel" in x]  # compare()'s kernel-set notes
+    why = "; ".join(x for x in [why, *kernels] if x)
+    return dataclasses.replace(v, status=status, ratio=math.exp(e.est.delta), improved=status is Status.PASS
+                               and rule.improved(e.est, settings), undecided=False, n_base=e.est.n_base,
+                               n_new=e.est.n_new, reason=why + crashed, **common)
 
 
 def _telemetry_extra(side: SideResult) -> dict[str, Any]:
@@ -115,14 +158,48 @@ def _named(p: Paired) -> Verdict | None:
     """A benchmark that was not timed on both sides, as a verdict (None: skipped on both)."""
     a, b = p.a, p.b
     if b.status == "failed":
-        kind = LOST_WORKER if any(w in b.reason for w in ("died", "hang:", "poisoned")) else WRONG_OUTPUT
         was = "also failed on A" if a.status == "failed" else f"A: {a.status}"
-        return Verdict(p.name, Status.FAIL, kind=kind, reason=f"B: {b.reason} ({was})")
+        return Verdict(p.name, Status.FAIL, kind=WRONG_OUTPUT, reason=f"B: {b.reason} ({was})")
+    if "lost" in (a.status, b.status):
+        lost = [f"{s.upper()}: {x.reason}" for s, x in (("a", a), ("b", b)) if x.status == "lost"]
+        return Verdict(p.name, Status.AMBIGUOUS, kind=LOST_WORKER, undecided=True,
+                       reason="not judged, every process of a side was lost: " + "; ".join(lost))
     if a.status == "failed" and b.status == "measured":
         return Verdict(p.name, Status.PASS, kind=WRONG_OUTPUT, improved=True, reason=f"fixed on B; A: {a.reason}")
     if a.status == "measured" and b.status == "skipped":
         return Verdict(p.name, Status.FAIL, kind="skipped on B", reason=f"B: {b.reason}")
     return None  # skipped / unsupported on both, or a tactic change (availability verdicts)
+
+
+def skipped_on_both(run: AbRun) -> list[tuple[str, str]]:
+    """(benchmark, A's reason) of the cases neither side ran."""
+    return [(p.name, p.a.reason) for p in run.pairs
+            if p.a.status in ("skipped", "unsupported") and p.b.status in ("skipped", "unsupported")]
+
+
+def judged(result: CompareResult) -> int:
+    """Benchmarks whose timing was decided (PASS, FAIL or AMBIGUOUS at the end of the budget)."""
+    return sum(1 for v in result.verdicts if v.kind in _TIMED and not v.undecided
+               and v.status in (Status.PASS, Status.FAIL, Status.AMBIGUOUS))
+
+
+def outcome(run: AbRun, result: CompareResult) -> tuple[int, str]:
+    """The exit status and its one-line summary: 1 on any failure; else 3 (incomplete) when
+    nothing was judged, a benchmark was left unjudged (a lost worker) or the run was interrupted
+    (unless ``allow_missing``); else 0."""
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
+    unjudged = [v.name for v in result.verdicts if v.kind == LOST_WORKER]
+    if any(result.is_failure(v) for v in result.verdicts if v.kind != LOST_WORKER):
+        return 1, f"{counts} → regression (exit 1)"
+    if not judged(result):
+        why = "nothing judged: no benchmark was timed on both sides" + (
+            f" ({len(unjudged)} not judged, worker lost)" if unjudged else "")
+        return 3, f"{counts + '; ' if counts else ''}{why} → incomplete (exit 3)"
+    if unjudged or (run.not_reached and not result.policy.allow_missing):
+        why = "; ".join(x for x in (f"{len(unjudged)} not judged (worker lost)" if unjudged else "",
+                                    f"{len(run.not_reached)} not reached" if run.not_reached else "") if x)
+        return 3, f"{counts}; {why} → incomplete (exit 3)"
+    return 0, f"{counts} → no regression (exit 0)"
 
 
 def version_changes(run: AbRun, result: CompareResult) -> list[tuple[str, str, str]]:
@@ -135,47 +212,136 @@ def version_changes(run: AbRun, result: CompareResult) -> list[tuple[str, str, s
     return out
 
 
+def _interval(v: Verdict, p: Paired | None) -> str:
+    if p is None or p.estimate is None or v.kind not in _TIMED or v.status is Status.INVALID:
+        return "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
+    lo, hi = p.estimate.est.interval_pct
+    return f"{p.estimate.est.pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]"
+
+
+def process_offsets(run: AbRun) -> list[dict[str, Any]]:
+    """Per process: side, slot, start index, how often it allocated first in its slot, and its
+    offset ``m_p`` (in %, ``exp(m_p) - 1``) per benchmark and as the median over benchmarks."""
+    out = []
+    for info in run.processes:
+        per: dict[str, float] = {}
+        first = allocated = 0
+        for p in run.pairs:
+            part = next((x for x in p.parts if x.proc == info.proc), None)
+            if part is None:
+                continue
+            allocated += 1
+            mate = [x for x in p.parts if x.slot == part.slot and x.side != part.side]
+            first += all(part.alloc_index < m.alloc_index for m in mate)
+            if p.estimate is not None and info.proc in p.estimate.offsets:
+                per[p.name] = math.expm1(p.estimate.offsets[info.proc]) * 100
+        out.append({"process": info.proc, "side": info.side, "slot": info.slot, "start_index": info.start_index,
+                    "pid": info.pid, "extra": info.extra, "replaces": info.replaces, "crash": info.crash,
+                    "benchmarks": allocated, "allocated_first_in_slot": first,
+                    "offset_pct_median": statistics.median(per.values()) if per else None,
+                    "offset_pct": per})
+    return out
+
+
 def report(run: AbRun, result: CompareResult) -> str:
+    st = run.settings
     lines = [f"A: {run.fingerprints['A'].get('gpu_name')} {run.fingerprints['A'].get('gpu_uuid') or ''}".rstrip(),
              f"stack A → B: {describe_changes(result.changes)}",
              "prepare + check (JIT build/load included, never timed): "
              + ", ".join(f"{s} {run.check_seconds[s]:.1f} s" for s in ("A", "B"))]
+    lines += wrap_line(f"rule: floor {st.floor * 100:g}%, guard band {math.expm1(st.threshold) * 100:.2g}% "
+                       f"(margin {st.margin:g}), {st.confidence:.0%} one-sided bounds on the mean of "
+                       f"per-process round-centred log times; {len(run.processes)} processes, "
+                       f"wall {run.wall_s:.0f} s")
     for side, found in sorted(run.test_only.items()):
         if found:
             lines.append(f"side {side} ran TEST-ONLY backends: " + "; ".join(found.values()))
+    for c in run.crashes:
+        lines += wrap_line(f"CRASH: process {c.proc} (side {c.side}) lost during {c.during} {c.benchmark}: "
+                           f"{c.reason.splitlines()[0][:200]}")
     lines += wrap_line(telemetry_line(telemetry_summary(run))) + [""]
+    offs = process_offsets(run)
+    if offs:
+        lines.append("per-process offsets (median over benchmarks of exp(m_p) - 1; a pattern that follows the "
+                     "start order, not the side, is placement):")
+        lines += _render(["process", "side", "started", "alloc first", "offset"],
+                         [[o["process"], o["side"], str(o["start_index"] + 1),
+                           f"{o['allocated_first_in_slot']}/{o['benchmarks']}",
+                           "-" if o["offset_pct_median"] is None else f"{o['offset_pct_median']:+.2f}%"]
+                          for o in offs], [False, False, True, True, True])
+        lines.append("")
     changed = version_changes(run, result)
     if changed:
         lines.append("backend versions that differ, per benchmark:")
         lines += _render(["benchmark", "A", "B"], [list(c) for c in changed], [False, False, False])
         lines.append("")
-    lines.append(verdict_table(result))
+    pairs = {p.name: p for p in run.pairs}
+    prefix = common_prefix([v.name for v in result.verdicts])
+    if prefix:
+        lines.append(f"benchmark names: {prefix}<name>")
+    rows = []
+    for v in result.sorted():
+        p = pairs.get(v.name)
+        label = v.status.value + (f" ({v.kind})" if v.kind != TIMING else " (improved)" if v.improved else "")
+        reps = f"{v.n_base}/{v.n_new}" if p is not None and p.estimate is not None else "-"
+        rounds = str(len(p.order)) if p is not None and p.order else "-"
+        rows.append([label, v.name.removeprefix(prefix), format_seconds(v.base_median), format_seconds(v.new_median),
+                     _interval(v, p), reps, rounds, v.reason])
+    lines += fit_table(["verdict", "benchmark", "A", "B", f"Δ [{st.confidence:.0%} bounds]", "procs", "rounds",
+                        "notes"], rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
+    both = skipped_on_both(run)
+    if both:
+        lines.append("")
+        lines += wrap_line(f"skipped on both sides ({len(both)}): "
+                           + ", ".join(f"{n.removeprefix(prefix)} ({why.splitlines()[0][:80]})" for n, why in both[:3])
+                           + (" ..." if len(both) > 3 else ""))
     if run.not_reached:
         lines.append(f"INCOMPLETE: interrupted, {len(run.not_reached)} benchmarks not reached (not judged): "
                      + ", ".join(run.not_reached[:5]) + (" ..." if len(run.not_reached) > 5 else ""))
+    spread = delta_spread(result)
+    if spread is not None:
+        lines.append("")
+        lines.append(f"Δ over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
+                     f"p95 |Δ| {spread[2] * 100:.2f}%, max |Δ| {spread[3] * 100:.2f}%")
+    lines += ["", f"summary: {outcome(run, result)[1]}"]
     return "\n".join(lines)
 
 
 def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
     spread = delta_spread(result)
     pairs = {p.name: p for p in run.pairs}
+    info = {i.proc: i for i in run.processes}
     rows = []
     for v in result.sorted():
         p = pairs.get(v.name)
+        e = p.estimate if p else None
         rows.append({
-            "name": v.name, "status": v.status.value, "kind": v.kind, "delta_pct": v.pct, "p_adj": v.p_adjusted,
+            "name": v.name, "status": v.status.value, "kind": v.kind, "delta_pct": v.pct,
+            "interval_pct": list(e.est.interval_pct) if e else None, "decision": e.decision.value if e else None,
+            "stopped": p.stopped if p else None,
+            "between_var": e.between_var if e else None, "within_var_of_mean": e.within_var_of_mean if e else None,
             "a_median_s": v.base_median, "b_median_s": v.new_median, "n_a": v.n_base, "n_b": v.n_new,
-            "reason": v.reason, "round_order": "".join(p.order) if p else None,
+            "reason": v.reason, "round_order": [list(o) for o in p.order] if p else None,
+            "processes": [{"process": x.proc, "side": x.side, "slot": x.slot,
+                           "start_index": info[x.proc].start_index, "alloc_index": x.alloc_index,
+                           "status": x.status, "reason": x.reason, "rounds": len(x.rounds),
+                           "round_medians_s": [x.rounds[r] for r in sorted(x.rounds)],
+                           "offset": e.offsets.get(x.proc) if e else None} for x in p.parts] if p else None,
+            "crashes": [dataclasses.asdict(c) for c in p.crashes] if p else [],
             "a_version": p.a.extra_info.get("backend_version") if p else None,
             "b_version": p.b.extra_info.get("backend_version") if p else None,
             # NVML per timing round, in round order (None: not measured, e.g. on CPU)
             "a_telemetry": (p.a.telemetry or None) if p else None,
             "b_telemetry": (p.b.telemetry or None) if p else None,
         })
+    code, summary = outcome(run, result)
     return {
         "fingerprints": run.fingerprints, "changes": [list(c) for c in result.changes],
-        "policy": dataclasses.asdict(result.policy), "check_seconds": run.check_seconds, "test_only": run.test_only,
-        "counts": result.counts(), "exit_code": result.exit_code, "telemetry": telemetry_summary(run),
+        "settings": dataclasses.asdict(run.settings), "policy": dataclasses.asdict(result.policy),
+        "check_seconds": run.check_seconds, "test_only": run.test_only, "wall_s": run.wall_s,
+        "counts": result.counts(), "exit_code": code, "summary": summary, "telemetry": telemetry_summary(run),
         "delta_abs": None if spread is None else dict(zip(("n", "median", "p95", "max"), spread)),
+        "processes": process_offsets(run), "crashes": [dataclasses.asdict(c) for c in run.crashes],
+        "skipped_on_both": [{"name": n, "reason": r} for n, r in skipped_on_both(run)],
         "benchmarks": rows, "not_reached": list(run.not_reached),
     }

@@ -1,21 +1,32 @@
-"""Two workers, one per environment, on the same GPU: list, check, then time in rounds.
+"""``R`` worker processes per environment on the same GPU: list, check, capture, time in rounds.
 
-Per benchmark: both sides first check correctness (prepare + verify: FlashInfer JIT modules are
-built and loaded here, timed and shown, never inside a measurement) and report a digest of the
-operand bytes, which must match (the same seeded bytes are the reference for both). Then
-``schedule.abba`` rounds of a fixed sample count, alternating the sides. A worker that dies,
-hangs or poisons its context costs that benchmark on that side (a named failure) and is
-restarted for the next one.
+Each process is an independent replicate: its own CUDA context, operand allocations and graph
+capture (``schedule`` fixes who starts, allocates and times first, alternating between the
+sides). Per benchmark, every process first checks correctness (prepare + verify: FlashInfer JIT
+modules are built and loaded here, never inside a measurement) and reports a digest of its
+operand bytes, which must be the same in every process. Each process then captures the case
+once and replays the capture in every round (``worker.child.Child.time``); a round visits every
+live process with a fixed sample count. After ``rounds`` rounds the benchmark is estimated
+(``ab.estimate``); while the rule says MORE and the time budget allows, rounds are added, and
+when the processes disagree more than their rounds scatter, one more process pair joins for
+that benchmark.
+
+A process that dies, hangs or poisons its context is named (``AbRun.crashes``); its part of the
+benchmark it was on is dropped (never judged on the rounds it finished), and a fresh process of
+the same side takes its slot when the budget allows.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Collection
 
-from fp4bench.ab.schedule import SIDES, abba
+from fp4bench.ab.estimate import MIN_REPLICATES, AbEstimate, ab_estimate
+from fp4bench.ab.schedule import SIDES, alloc_order, round_order, start_order
+from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.sweep import SweepOptions
 from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
@@ -34,31 +45,98 @@ class Side:
 class AbConfig:
     sweep: SweepOptions
     device: str | None = None
-    pairs: int = 8  # rounds per side
+    #: worker processes per side (independent replicates)
+    replicates: int = 3
+    #: rounds every benchmark gets; more are added while the rule says MORE (up to ``max_rounds``)
+    rounds: int = 6
     round_samples: int = 10
+    max_rounds: int = 16
+    #: rounds added at a time while undecided
+    more_rounds: int = 4
+    #: one more process pair may join an undecided benchmark whose processes disagree
+    extra_pairs: int = 1
+    #: seconds for the whole run: rounds and processes are added only while the run's elapsed
+    #: time plus the base cost of the benchmarks still to come stays within it
+    time_budget_s: float = 600.0
+    #: seconds of added measurement (after the base rounds) one benchmark may take
+    benchmark_budget_s: float = 30.0
+    settings: RuleSettings = RuleSettings(floor=0.03)
     timeout_s: float = 900.0
     plugins: tuple[str, ...] = ()
     cold_l2: bool = True
     seed: int = 0
     #: "span": a sample is the CUDA-graph replay's event span per call (what a graph-serving
-    #: engine pays, launch gaps included), the kernel names come from one extra profiled round;
+    #: engine pays, launch gaps included), the kernel names come from the profiled capture step;
     #: "cupti": every round is profiled and a sample is kernel busy time, as in the pytest run.
     #: Both sides always use the same timer; "span" keeps the profiler out of the rounds.
     timer: str = "span"
 
+    def __post_init__(self) -> None:
+        if self.replicates < 2:
+            raise ValueError(f"--replicates: need at least 2 processes per side, got {self.replicates}")
+        if self.rounds < 2 or self.max_rounds < self.rounds or self.more_rounds < 1:
+            raise ValueError(f"--rounds: need 2 <= rounds <= max rounds and a step >= 1, got {self.rounds}, "
+                             f"{self.max_rounds}, {self.more_rounds}")
+        if self.round_samples < 3:
+            raise ValueError(f"--round-samples: need at least 3, got {self.round_samples}")
+        for name in ("time_budget_s", "benchmark_budget_s", "timeout_s"):
+            v = getattr(self, name)
+            if not (v == v and v >= 0) or (name == "timeout_s" and not v > 0):
+                raise ValueError(f"{name}: must be a number of seconds >= 0 (> 0 for a timeout), got {v!r}")
+
 
 @dataclass
 class SideResult:
-    """What one side produced for one benchmark."""
+    """What one side produced for one benchmark (its processes together)."""
 
-    status: str = "pending"  # measured | failed | skipped | unsupported
+    status: str = "pending"  # measured | failed | skipped | unsupported | lost
     reason: str = ""
     samples: list[float] = field(default_factory=list)
     extra_info: dict[str, Any] = field(default_factory=dict)
     digest: str | None = None
-    check_s: float = 0.0  # prepare + verify wall time (JIT build/load included)
+    check_s: float = 0.0  # prepare + verify wall time (JIT build/load included), all processes
     #: NVML per timing round (SM clock, power, temperature, throttling); empty on CPU
     telemetry: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ProcPart:
+    """One process's part of one benchmark."""
+
+    proc: str
+    side: str
+    slot: int
+    #: position in this benchmark's check/capture order (0 = allocated first)
+    alloc_index: int
+    status: str = "pending"  # measured | failed | lost (died: its rounds are not used)
+    reason: str = ""
+    digest: str | None = None
+    #: round index -> median seconds of that round's samples
+    rounds: dict[int, float] = field(default_factory=dict)
+    samples: list[float] = field(default_factory=list)
+
+
+@dataclass
+class ProcInfo:
+    """One worker process of the run."""
+
+    proc: str
+    side: str
+    slot: int
+    start_index: int  # 0 = started first in the run
+    pid: int | None = None
+    extra: bool = False  # joined one undecided benchmark only
+    replaces: str | None = None
+    crash: str | None = None
+
+
+@dataclass(frozen=True)
+class Crash:
+    proc: str
+    side: str
+    benchmark: str
+    during: str
+    reason: str
 
 
 @dataclass
@@ -66,7 +144,15 @@ class Paired:
     name: str
     a: SideResult
     b: SideResult
-    order: list[str] = field(default_factory=list)  # the sides in the order their rounds ran
+    #: the process ids of every round, in the order they were timed
+    order: list[list[str]] = field(default_factory=list)
+    parts: list[ProcPart] = field(default_factory=list)
+    estimate: AbEstimate | None = None
+    #: why rounds stopped: decided, budget, rounds cap, ...
+    stopped: str = ""
+    crashes: list[Crash] = field(default_factory=list)
+    #: set when the processes' operand digests differ: which processes share which digest
+    digest_mismatch: str = ""
 
 
 @dataclass
@@ -79,6 +165,12 @@ class AbRun:
     test_only: dict[str, dict[str, str]] = field(default_factory=dict)
     #: benchmarks listed but never judged because the run was interrupted (Ctrl-C / SIGINT)
     not_reached: list[str] = field(default_factory=list)
+    processes: list[ProcInfo] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)
+    settings: RuleSettings = RuleSettings(floor=0.03)
+    wall_s: float = 0.0
+    #: backend names each side's workers registered
+    known_backends: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
@@ -90,44 +182,109 @@ def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
             "timing": asdict(TimingConfig()), "cold_l2": cfg.cold_l2, "seed": cfg.seed}
 
 
+def round_median(samples: list[float]) -> float:
+    return float(statistics.median(samples))
+
+
 class AbRunner:
     def __init__(self, a: Side, b: Side, cfg: AbConfig, progress: Callable[[str], None] | None = None):
         self.cfg = cfg
         self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
         self.test_only: dict[str, dict[str, str]] = {}  # per side, filled when the workers start
-        self.workers = {
-            label: Worker(WorkerSpec(python=interpreter(s.python), env=dict(s.env), init=_init(s, cfg),
-                                     timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0)),
-                          label=f"side {label}")
-            for label, s in zip(SIDES, (a, b))
-        }
+        self.specs = {label: WorkerSpec(python=interpreter(s.python), env=dict(s.env), init=_init(s, cfg),
+                                        timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0))
+                      for label, s in zip(SIDES, (a, b))}
+        self.workers: dict[str, Worker] = {}  # live processes by id
+        self.info: dict[str, ProcInfo] = {}  # every process of the run by id
+        self.slots: list[list[str | None]] = []  # [A id, B id] per slot
+        self.fingerprints: dict[str, dict] = {}
+        self.crashes: list[Crash] = []
+        self._serial = {s: 0 for s in SIDES}
+        self._t0 = time.monotonic()
+        self._base_costs: list[float] = []
 
-    def _ask(self, side: str, msg: dict[str, Any], what: str) -> dict[str, Any]:
+    # -- processes ------------------------------------------------------------------------
+    def _spawn(self, side: str, slot: int, *, extra: bool = False, replaces: str | None = None,
+               initial: bool = False) -> str | None:
+        """Start one process for ``side`` in ``slot``; its id, or None when it could not start
+        (an ``initial`` start that fails raises: a side that cannot start is a usage error)."""
+        self._serial[side] += 1
+        pid = f"{side}{self._serial[side]}"
+        w = Worker(self.specs[side], label=f"process {pid}")
         try:
-            return self.workers[side].request(msg, what)
-        except WorkerLost as exc:
-            return {"status": "failed", "reason": str(exc), "lost": True}
+            ready = w.start()
+        except (WorkerLost, OSError) as exc:
+            if initial:
+                raise RuntimeError(f"side {side} could not start: {exc}") from None
+            self.progress(f"[{pid}] could not start: {exc}")
+            return None
+        self.workers[pid] = w
+        self.info[pid] = ProcInfo(pid, side, slot, len(self.info), ready.get("pid"), extra, replaces)
+        self.fingerprints.setdefault(side, ready["fingerprint"])
+        self.test_only[side] = dict(ready.get("test_only") or {})
+        while len(self.slots) <= slot:
+            self.slots.append([None, None])
+        self.slots[slot][SIDES.index(side)] = pid
+        fp = ready["fingerprint"]
+        self.progress(f"[{pid}] worker {ready.get('pid')}: {ready.get('python')} "
+                      f"(torch {fp.get('torch')}, flashinfer {fp.get('flashinfer') or '-'})")
+        return pid
+
+    def _lost(self, pid: str, benchmark: str, during: str, exc: Exception) -> None:
+        info = self.info[pid]
+        crash = Crash(pid, info.side, benchmark, during, str(exc))
+        self.crashes.append(crash)
+        info.crash = f"{during} {benchmark}: {exc}"
+        self.workers.pop(pid, None)
+        self.slots[info.slot][SIDES.index(info.side)] = None
+        self.progress(f"[{pid}] LOST during {during} {benchmark}: {exc}")
+
+    def _ask(self, pid: str, msg: dict[str, Any], what: str) -> dict[str, Any]:
+        return self.workers[pid].request(msg, what)  # WorkerLost: the caller drops the process
+
+    def _slot_tuples(self) -> list[tuple[str | None, str | None]]:
+        return [(s[0], s[1]) for s in self.slots]
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _budget_left(self, remaining: int) -> bool:
+        """Whether measurement may be added: the run's elapsed time plus the base cost of the
+        ``remaining`` benchmarks (the mean so far) stays within the run's budget."""
+        base = statistics.mean(self._base_costs) if self._base_costs else 0.0
+        return self._elapsed() + base * remaining < self.cfg.time_budget_s
 
     def start(self) -> dict[str, dict]:
-        fps = {}
-        for side, w in self.workers.items():
-            ready = w.start()
-            fps[side] = ready["fingerprint"]
-            self.test_only[side] = dict(ready.get("test_only") or {})
-            self.progress(f"[{side}] worker {ready['pid']}: {ready.get('python')} "
-                          f"(torch {fps[side].get('torch')}, flashinfer {fps[side].get('flashinfer') or '-'})")
-        return fps
+        for side, slot in start_order(self.cfg.replicates):
+            self._spawn(side, slot, initial=True)
+        return dict(self.fingerprints)
 
+    def close(self, kill: bool = False) -> None:
+        for pid in list(self.workers):
+            w = self.workers.pop(pid)
+            w.kill() if kill else w.close()  # an interrupted worker may be mid-case
+
+    # -- the run --------------------------------------------------------------------------
     def run(self, sweep_for: Callable[[dict], SweepOptions] | None = None, only: Collection[str] | None = None,
             on_pair: Callable[[int, int, Paired], None] | None = None) -> AbRun:
         """``only``: the benchmark ids to run (a pytest run's selection, -k included), None: all
         listed. ``on_pair(i, n, pair)`` is called after each benchmark (progress)."""
-        fps = self.start()
-        sweep = sweep_for(fps["A"]) if sweep_for else self.cfg.sweep
-        listed = {s: self._ask(s, {"op": "cases", "sweep": sweep.to_dict()}, "listing the sweep") for s in SIDES}
-        for s, reply in listed.items():
-            if reply.get("status") != "listed":
-                raise RuntimeError(f"side {s} could not list the sweep: {reply.get('reason')}")
+        self._t0 = time.monotonic()
+        try:
+            fps = self.start()
+            sweep = sweep_for(fps["A"]) if sweep_for else self.cfg.sweep
+            first = {s: self.slots[0][i] for i, s in enumerate(SIDES)}
+            listed = {}
+            for s in SIDES:  # listing uses no GPU memory: one process per side is enough
+                try:
+                    listed[s] = self._ask(first[s], {"op": "cases", "sweep": sweep.to_dict()}, "listing the sweep")
+                except WorkerLost as exc:
+                    raise RuntimeError(f"side {s} could not list the sweep: {exc}") from None
+                if listed[s].get("status") != "listed":
+                    raise RuntimeError(f"side {s} could not list the sweep: {listed[s].get('reason')}")
+        except BaseException:
+            self.close(kill=True)
+            raise
         by_side = {s: {c["id"]: c for c in listed[s]["cases"]} for s in SIDES}
         names = list(by_side["A"]) + [n for n in by_side["B"] if n not in by_side["A"]]
         if only is not None:
@@ -137,7 +294,7 @@ class AbRunner:
         interrupted = False
         try:
             for i, name in enumerate(names, 1):
-                p = self._one(name, by_side, f"{i}/{len(names)}")
+                p = self._one(name, by_side, i - 1, f"{i}/{len(names)}", len(names) - i)
                 check_s["A"] += p.a.check_s
                 check_s["B"] += p.b.check_s
                 pairs.append(p)
@@ -147,55 +304,207 @@ class AbRunner:
             interrupted = True
             self.progress(f"interrupted: {len(names) - len(pairs)} of {len(names)} benchmarks not reached")
         finally:
-            for w in self.workers.values():
-                w.kill() if interrupted else w.close()  # an interrupted worker may be mid-case
+            self.close(kill=interrupted)
         return AbRun(fps, {s: listed[s]["versions"] for s in SIDES}, pairs, check_s, self.test_only,
-                     not_reached=names[len(pairs):])
+                     not_reached=names[len(pairs):], processes=list(self.info.values()), crashes=list(self.crashes),
+                     settings=self.cfg.settings, wall_s=self._elapsed(),
+                     known_backends={s: sorted(listed[s]["versions"]) for s in SIDES})
 
-    def _one(self, name: str, by_side: dict, where: str) -> Paired:
+    def _one(self, name: str, by_side: dict, index: int, where: str, remaining: int) -> Paired:
+        t_start = time.monotonic()
         res = {s: SideResult() for s in SIDES}
         entries = {s: by_side[s].get(name) for s in SIDES}
+        pair = Paired(name, res["A"], res["B"])
         for s in SIDES:
             e, r = entries[s], res[s]
             if e is None:
                 r.status, r.reason = "unsupported", f"not in side {s}'s sweep (its library lists no such tactic)"
-                continue
-            if e["skip_reason"]:
+            elif e["skip_reason"]:
                 r.status, r.reason = "skipped", e["skip_reason"]
+        if not all(res[s].status == "pending" for s in SIDES):
+            return pair
+        parts: dict[str, ProcPart] = {}
+        extra: list[str] = []
+        crashes0 = len(self.crashes)
+        for pid in alloc_order(self._slot_tuples(), index):
+            self._join(pid, name, entries, parts, res, where)
+        self._rounds(pair, name, entries, parts, res, where, index, remaining, t_start, extra)
+        self._finish(pair, parts)
+        for pid in list(self.workers):
+            if pid in parts and parts[pid].status == "measured":
+                try:
+                    self._ask(pid, {"op": "drop"}, "drop")
+                except WorkerLost as exc:
+                    self._lost(pid, name, "drop after", exc)
+        for pid in extra:
+            self._retire(pid)
+        pair.parts = list(parts.values())
+        pair.crashes = self.crashes[crashes0:]
+        return pair
+
+    def _rounds(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
+                res: dict[str, SideResult], where: str, index: int, remaining: int, t_start: float,
+                extra: list[str]) -> None:
+        """Rounds over every live process until the rule decides or the budget is spent."""
+        cfg = self.cfg
+        r, t_base = 0, 0.0
+        while True:
+            if any(res[s].status == "failed" for s in SIDES):
+                pair.stopped = "a check failed"
+                return
+            order = [p for p in round_order(self._slot_tuples(), r) if p in parts and parts[p].status == "measured"]
+            for pid in order:
+                self._round(pid, r, name, entries, parts, res, where)
+            pair.order.append(order)
+            r += 1
+            if r < cfg.rounds:
                 continue
-            t0 = time.perf_counter()
-            reply = self._ask(s, {"op": "check", "case": e["case"]}, f"check {name}")
-            r.check_s = time.perf_counter() - t0
-            r.status, r.reason = reply.get("status", "failed"), reply.get("reason", "")
-            r.extra_info = dict(reply.get("extra_info") or {})
-            r.digest = reply.get("operand_digest")
-            why = f" ({r.reason.splitlines()[0][:200]})" if r.status != "measured" and r.reason else ""
-            self.progress(f"[{s}] {where} prepared + checked {name}: {r.status} in {r.check_s:.1f} s{why}")
-        order: list[str] = []
-        if all(res[s].status == "measured" for s in SIDES):
-            cupti = self.cfg.timer == "cupti"
-            if not cupti:  # the kernel names, from one profiled round per side that is not a sample
-                for s in SIDES:
-                    reply = self._ask(s, {"op": "time", "case": entries[s]["case"], "samples": 3,
-                                          "kernel_time": True}, f"kernel names {name}")
-                    if reply.get("status") != "measured":
-                        res[s].status, res[s].reason = "failed", f"while profiling: {reply.get('reason')}"
-                    else:
-                        res[s].extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
-            for s in abba(self.cfg.pairs) if all(res[x].status == "measured" for x in SIDES) else ():
-                reply = self._ask(s, {"op": "time", "case": entries[s]["case"], "samples": self.cfg.round_samples,
-                                      "kernel_time": cupti}, f"timing {name}")
-                if reply.get("status") != "measured":
-                    res[s].status, res[s].reason = "failed", f"during timing: {reply.get('reason')}"
-                    break
-                t = reply["timing"]
-                res[s].samples += t["samples_s"]
-                if cupti and "kernels" in (t.get("extra") or {}):  # CUPTI names of the timed kernels
-                    res[s].extra_info["kernels"] = t["extra"]["kernels"]
-                res[s].extra_info.update(timer=t["method"], calls_per_sample=t["calls_per_sample"])
-                if reply.get("telemetry"):
-                    res[s].telemetry.append(reply["telemetry"])
-                order.append(s)
-            for s in SIDES:
-                self._ask(s, {"op": "drop"}, "drop")
-        return Paired(name, res["A"], res["B"], order)
+            if r == cfg.rounds:
+                t_base = time.monotonic()
+                self._base_costs.append(t_base - t_start)
+            elif (r - cfg.rounds) % cfg.more_rounds:
+                continue
+            budget = self._budget_left(remaining) and time.monotonic() - t_base < cfg.benchmark_budget_s
+            can_more = budget and r < cfg.max_rounds
+            est = pair.estimate = self._estimate(parts, budget_left=can_more)
+            if est is None:
+                live = [sum(1 for p in parts.values() if p.side == s and p.status == "measured") for s in SIDES]
+                # a replacement catches up beyond the rounds cap (one base of rounds), time allowing
+                if min(live) < MIN_REPLICATES or not budget or r >= cfg.max_rounds + cfg.rounds:
+                    pair.stopped = "too few replicates"
+                    return
+                continue
+            if est.decision is not Decision.MORE:
+                pair.stopped = ("decided" if est.decision is not Decision.AMBIGUOUS
+                                else "time budget spent" if not budget else f"{cfg.max_rounds} rounds")
+                return
+            if est.spread_dominates and len(extra) < 2 * cfg.extra_pairs:
+                extra += self._extra_pair(name, entries, parts, res, where)
+
+    def _join(self, pid: str, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
+              where: str) -> None:
+        """Check and capture ``name`` on process ``pid`` (a replacement when it dies)."""
+        info = self.info[pid]
+        part = parts[pid] = ProcPart(pid, info.side, info.slot, len(parts))
+        side = res[info.side]
+        case = entries[info.side]["case"]
+        t0 = time.perf_counter()
+        try:
+            reply = self._ask(pid, {"op": "check", "case": case}, f"check {name}")
+            side.check_s += time.perf_counter() - t0
+            part.status, part.reason = reply.get("status", "failed"), reply.get("reason", "")
+            part.digest = reply.get("operand_digest")
+            why = f" ({part.reason.splitlines()[0][:200]})" if part.status != "measured" and part.reason else ""
+            self.progress(f"[{pid}] {where} prepared + checked {name}: {part.status} in "
+                          f"{time.perf_counter() - t0:.1f} s{why}")
+            if part.status != "measured":
+                side.status, side.reason = part.status, part.reason
+                side.extra_info = dict(reply.get("extra_info") or {})
+                return
+            if not side.extra_info:
+                side.extra_info = dict(reply.get("extra_info") or {})
+                side.digest = part.digest
+            # the capture (warm-up, sizing, CUDA graph): once per process, in allocation order;
+            # in span mode the first process of each side profiles it for the kernel names
+            names = self.cfg.timer == "span" and "kernels" not in side.extra_info
+            reply = self._ask(pid, {"op": "time", "case": case, "samples": 3, "kernel_time": names},
+                              f"capture {name}")
+            if reply.get("status") != "measured":
+                part.status, part.reason = "failed", f"while capturing: {reply.get('reason')}"
+                side.status, side.reason = "failed", part.reason
+                return
+            if names:
+                side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
+        except WorkerLost as exc:
+            part.status, part.reason = "lost", str(exc)
+            self._lost(pid, name, "check/capture of", exc)
+            self._replace(info, name, entries, parts, res, where)
+
+    def _replace(self, info: ProcInfo, name: str, entries: dict, parts: dict[str, ProcPart],
+                 res: dict[str, SideResult], where: str) -> None:
+        """A fresh process in a lost one's slot, when the budget allows; it joins this benchmark."""
+        if sum(1 for c in self.crashes if c.benchmark == name and c.side == info.side) > 1:
+            return  # one replacement per side and benchmark: a case that kills every process stays lost
+        if not self._budget_left(0):
+            self.progress(f"[{info.proc}] not replaced: the time budget is spent")
+            return
+        pid = self._spawn(info.side, info.slot, extra=info.extra, replaces=info.proc)
+        if pid is not None:
+            self._join(pid, name, entries, parts, res, where)
+
+    def _round(self, pid: str, r: int, name: str, entries: dict, parts: dict[str, ProcPart],
+               res: dict[str, SideResult], where: str) -> None:
+        info, part = self.info[pid], parts[pid]
+        side = res[info.side]
+        cupti = self.cfg.timer == "cupti"
+        try:
+            reply = self._ask(pid, {"op": "time", "case": entries[info.side]["case"],
+                                    "samples": self.cfg.round_samples, "kernel_time": cupti}, f"timing {name}")
+        except WorkerLost as exc:
+            part.status, part.reason, part.rounds, part.samples = "lost", str(exc), {}, []
+            self._lost(pid, name, f"round {r + 1} of", exc)
+            self._replace(info, name, entries, parts, res, where)
+            return
+        if reply.get("status") != "measured":
+            part.status, part.reason = "failed", f"during timing: {reply.get('reason')}"
+            side.status, side.reason = "failed", part.reason
+            return
+        t = reply["timing"]
+        part.rounds[r] = round_median(t["samples_s"])
+        part.samples += t["samples_s"]
+        if cupti and "kernels" in (t.get("extra") or {}):  # CUPTI names of the timed kernels
+            side.extra_info["kernels"] = t["extra"]["kernels"]
+        side.extra_info.update(timer=t["method"], calls_per_sample=t["calls_per_sample"])
+        if reply.get("telemetry"):
+            side.telemetry.append({"process": pid, "round": r, **reply["telemetry"]})
+
+    def _extra_pair(self, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
+                    where: str) -> list[str]:
+        """One more process per side for this benchmark (a new slot), started and captured in the
+        alternating order."""
+        slot = len(self.slots)
+        got = []
+        for side, _ in start_order(slot + 1)[-2:]:
+            pid = self._spawn(side, slot, extra=True)
+            if pid is not None:
+                got.append(pid)
+        for pid in got:  # start order: alternates with the slot like the others
+            self._join(pid, name, entries, parts, res, where)
+        if got:
+            self.progress(f"{where} {name}: processes disagree more than their rounds scatter; "
+                          f"added {' and '.join(got)}")
+        return got
+
+    def _retire(self, pid: str) -> None:
+        w = self.workers.pop(pid, None)
+        if w is not None:
+            w.close()
+        info = self.info[pid]
+        self.slots[info.slot][SIDES.index(info.side)] = None
+        while self.slots and self.slots[-1] == [None, None]:
+            self.slots.pop()
+
+    def _estimate(self, parts: dict[str, ProcPart], *, budget_left: bool) -> AbEstimate | None:
+        rounds = {p.proc: p.rounds for p in parts.values() if p.status == "measured"}
+        return ab_estimate(rounds, {p.proc: p.side for p in parts.values()}, self.cfg.settings,
+                           budget_left=budget_left)
+
+    def _finish(self, pair: Paired, parts: dict[str, ProcPart]) -> None:
+        """Each side's status: measured when its processes gave usable replicates, failed on a
+        wrong output, lost when too few processes survived to judge it."""
+        for s, side in (("A", pair.a), ("B", pair.b)):
+            if side.status in ("failed", "skipped", "unsupported"):
+                continue
+            live = [p for p in parts.values() if p.side == s and p.status == "measured"]
+            # only what the surviving processes measured: a lost process's rounds are not evidence
+            side.samples = [x for p in live for x in p.samples]
+            side.telemetry = [t for t in side.telemetry if t["process"] in {p.proc for p in live}]
+            side.status = "measured" if live else "lost"
+            if not live:
+                side.reason = "; ".join(p.reason for p in parts.values() if p.side == s and p.status == "lost")
+        digests = {p.proc: p.digest for p in parts.values() if p.status == "measured"}
+        if len(set(digests.values())) > 1:
+            groups: dict[str | None, list[str]] = {}
+            for pid, d in digests.items():
+                groups.setdefault(d, []).append(pid)
+            pair.digest_mismatch = " vs ".join(",".join(g) for g in groups.values())

@@ -1,21 +1,63 @@
-"""The alternating order of timing rounds: A,B,B,A,A,B,B,A,...
+"""Who starts, allocates and times when: the order of an ``fp4bench ab`` run's processes.
 
-Within one benchmark the two sides take turns in short rounds. ABBA (rather than ABAB) puts
-each side first in half of the pairs, so a linear drift of the GPU's state (clocks settling,
-the die warming up under a power cap) adds the same amount to both sides' rounds on average,
-instead of always favouring the side that runs first.
+Each side runs in ``R`` worker processes ("replicates"); replicate ``i`` of A and of B form
+*slot* ``i``. Three orders are fixed here, each alternating so that whatever favours "first"
+(physical placement of the first allocations, the first CUDA context, a drifting GPU state)
+falls on both sides alike:
+
+* **start**: slot ``i`` starts A before B when ``i`` is even, B before A when odd
+  (A1, B1, B2, A2, A3, B3, ...);
+* **allocation** (check, prepare, graph capture of one benchmark): the same pattern, flipped
+  for every other benchmark, so over two benchmarks each slot's A and B allocate first once;
+* **rounds**: every round visits every live process once. Round pair ``k`` (rounds ``2k`` and
+  ``2k+1``) uses one sequence and its reverse, so each process's mean position within the pair
+  of rounds is the middle (a linear drift adds the same to every process); the first process of
+  a round goes A, B, B, A, A, B, ... so each side opens half the rounds; the slots rotate by one
+  per round pair, so no process always sits next to the same neighbour.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 SIDES = ("A", "B")
 
+#: one slot: (A's process id or None, B's process id or None)
+Slot = tuple[str | None, str | None]
 
-def abba(pairs: int) -> list[str]:
-    """``pairs`` rounds per side, as the sequence of sides: A,B then B,A, alternating."""
-    if pairs < 1:
-        raise ValueError(f"need at least one round per side, got {pairs}")
-    out: list[str] = []
-    for i in range(pairs):
-        out += ["A", "B"] if i % 2 == 0 else ["B", "A"]
+
+def _pair(slot: Slot, a_first: bool) -> list[str]:
+    a, b = slot
+    return [p for p in ((a, b) if a_first else (b, a)) if p is not None]
+
+
+def start_order(replicates: int) -> list[tuple[str, int]]:
+    """(side, slot) in the order the processes are started."""
+    if replicates < 1:
+        raise ValueError(f"need at least one replicate per side, got {replicates}")
+    out: list[tuple[str, int]] = []
+    for i in range(replicates):
+        out += [("A", i), ("B", i)] if i % 2 == 0 else [("B", i), ("A", i)]
     return out
+
+
+def alloc_order(slots: Sequence[Slot], benchmark_index: int) -> list[str]:
+    """The process ids in the order they check, prepare and capture one benchmark."""
+    return [p for i, s in enumerate(slots) for p in _pair(s, (i + benchmark_index) % 2 == 0)]
+
+
+def round_order(slots: Sequence[Slot], r: int) -> list[str]:
+    """The process ids in the order round ``r`` times them (module docstring)."""
+    n = len(slots)
+    if n == 0:
+        return []
+    k = r // 2
+    x_is_a = k % 2 == 0  # the side that opens the even round of this pair
+    seq: list[str] = []
+    for pos in range(n):
+        slot = slots[(k + pos) % n]
+        # X first at even positions and always in the last slot, so the sequence ends on the
+        # other side and its reverse (the odd round) opens with that side
+        x_first = pos % 2 == 0 or pos == n - 1
+        seq += _pair(slot, x_first == x_is_a)
+    return seq if r % 2 == 0 else seq[::-1]

@@ -1,0 +1,103 @@
+"""The ab estimator: one number per worker process, then the shared rule (``gate.rule``).
+
+Input, per benchmark: for every process ``p`` and every round ``r`` it took part in, ``y_pr``
+= log of the median of that round's samples. Each round is centred across the processes that
+took part in it (``y_pr - mean_p y_pr``): what the round shares (the GPU's clock and power
+state at that moment, a drift over the run) cancels; that is the pairing. A process's offset
+``m_p`` is the mean of its centred log times over its rounds. The processes are the
+independent replicates: ``gate.rule.estimate(A's m_p, B's m_p, log=True)`` gives the change
+``exp(delta) - 1`` of B against A with the between-process spread as its error term, and
+``gate.rule.decide`` turns it into FAIL / PASS / MORE / AMBIGUOUS.
+
+``m_p`` is also what names a bias: on an unchanged stack each process's offset should be
+noise around 0, and a pattern that follows the start or allocation order instead of the side
+(e.g. the first-started process of every pair faster) is an effect of placement, not of the
+stack under test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from fp4bench.gate import rule
+
+#: rounds a process must have completed to count as a replicate
+MIN_ROUNDS = 2
+#: replicates per side a benchmark needs to be judged
+MIN_REPLICATES = 2
+
+
+def offsets(rounds: Mapping[str, Mapping[int, float]]) -> dict[str, float]:
+    """``{process: {round: median seconds}}`` -> ``{process: m_p}`` (centred mean log time)."""
+    for p, per in rounds.items():
+        for r, t in per.items():
+            if not (math.isfinite(t) and t > 0):
+                raise ValueError(f"process {p}, round {r}: a round median must be finite and > 0, got {t!r}")
+    centred = _centred(rounds)
+    return {p: sum(v) / len(v) for p, v in centred.items() if v}
+
+
+@dataclass(frozen=True)
+class AbEstimate:
+    est: rule.Estimate
+    decision: rule.Decision
+    #: ``{process: m_p}`` of the processes used
+    offsets: dict[str, float]
+    #: the between-process variance of ``m_p`` (pooled within sides) and what the round-to-round
+    #: scatter alone would give it (``s_within^2 / rounds``): more rounds help only while the
+    #: second is the larger part
+    between_var: float
+    within_var_of_mean: float
+
+    @property
+    def spread_dominates(self) -> bool:
+        """The processes disagree more than their round scatter explains: another process pair,
+        not more rounds, narrows the interval."""
+        return self.between_var > 2.0 * self.within_var_of_mean
+
+
+def usable(rounds: Mapping[str, Mapping[int, float]]) -> dict[str, Mapping[int, float]]:
+    """The processes with at least ``MIN_ROUNDS`` rounds."""
+    return {p: per for p, per in rounds.items() if len(per) >= MIN_ROUNDS}
+
+
+def ab_estimate(rounds: Mapping[str, Mapping[int, float]], side_of: Mapping[str, str],
+                settings: rule.RuleSettings, *, budget_left: bool) -> AbEstimate | None:
+    """The verdict of one benchmark; None when a side has fewer than ``MIN_REPLICATES`` usable
+    processes (not judged)."""
+    use = usable(rounds)
+    m = offsets(use)
+    a = [m[p] for p in m if side_of[p] == "A"]
+    b = [m[p] for p in m if side_of[p] == "B"]
+    if len(a) < MIN_REPLICATES or len(b) < MIN_REPLICATES:
+        return None
+    est = rule.estimate(a, b, settings, log=True)
+    between = (_ss(a) + _ss(b)) / max(1, len(a) + len(b) - 2)
+    # residuals of each process's rounds around its own offset: the round-to-round scatter
+    cen = _centred(use)
+    res = [y - m[p] for p, ys in cen.items() for y in ys]
+    dof = len(res) - len(cen)
+    within = sum(x * x for x in res) / dof if dof > 0 else 0.0
+    mean_rounds = sum(len(v) for v in cen.values()) / len(cen)
+    return AbEstimate(est, rule.decide(est, settings, budget_left=budget_left), m, between,
+                      within / mean_rounds)
+
+
+def _ss(x: list[float]) -> float:
+    mu = sum(x) / len(x)
+    return sum((v - mu) ** 2 for v in x)
+
+
+def _centred(rounds: Mapping[str, Mapping[int, float]]) -> dict[str, list[float]]:
+    by_round: dict[int, dict[str, float]] = {}
+    for p, per in rounds.items():
+        for r, t in per.items():
+            by_round.setdefault(r, {})[p] = math.log(t)
+    out: dict[str, list[float]] = {p: [] for p in rounds}
+    for ys in by_round.values():
+        c = sum(ys.values()) / len(ys)
+        for p, y in ys.items():
+            out[p].append(y - c)
+    return out
