@@ -394,8 +394,8 @@ WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, str]] = [
     ("non-executable interpreter", lambda tmp: _put(tmp, "python", "not a program"), {},
      "side A: cannot start {python}: Permission denied"),
     ("interpreter without torch", lambda tmp: _no_torch_python(), {},
-     "side A process ({python}) died during start: exited with status 1: ModuleNotFoundError: No module named "
-     "'torch'"),
+     "side A process died during start: exited with status 1; {python} said: ModuleNotFoundError: No module "
+     "named 'torch'"),
     ("bad device", lambda tmp: sys.executable, {"device": "foo"},
      "side A ({python}) could not start: RuntimeError: Expected one of cpu, cuda"),
     ("plugin that does not import", lambda tmp: sys.executable, {"plugins": ["no_such_mod"]},
@@ -631,10 +631,10 @@ SETUP_ROWS: list[tuple[str, str | None, list[str], int, str]] = [
     ("backend name with |", _BF16_SUBCLASS + "    name = 'a|b'\nBACKENDS = [Odd()]", [], 4,
      "odd_plugin.Odd: name must be a non-empty string without '|', got 'a|b'"),
     ("prepare() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-prepare"], 1,
-     "raising-prepare [default] on glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144: prepare() raised "
+     "raising-prepare [default] on glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144: "
      "RuntimeError: out of workspace\n"),
     ("run() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-run,torch-bf16"], 1,
-     "raising-run [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: run() raised ValueError: bad launch\n"),
+     "raising-run [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: ValueError: bad launch\n"),
 ]
 
 

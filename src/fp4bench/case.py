@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
@@ -177,19 +176,14 @@ class CaseRunner:
         if why:
             return CaseResult(SKIPPED, f"{backend.name}: {why}")
         ops = self.operands(problem, backend.act_format, backend.weight_format)
-        info = self._describe(backend, avail.version, problem, tactic)
-        try:  # the backend's own code: an exception fails this case in one line, the sweep goes on
-            prep = self.prepared(backend, problem, ops)
-        except Exception as exc:
-            return CaseResult(FAILED, f"prepare() raised {one_line(exc)}", extra_info=info)
+        prep = self.prepared(backend, problem, ops)
         ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
+        info = self._describe(backend, avail.version, problem, tactic)
         try:
             check = check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
         except TacticUnsupported as exc:
             info["availability"] = f"unsupported: {exc}"
             return CaseResult(UNSUPPORTED, str(exc), extra_info=info)
-        except Exception as exc:
-            return CaseResult(FAILED, f"run() raised {one_line(exc)}", extra_info=info)
         info["availability"] = "ok"
         info.update(check.to_extra_info())
         if not check.ok:

@@ -227,8 +227,13 @@ class Fp4Session:
             res_status, reason = SKIPPED, spec.skip_reason or jit
             res = None
         else:
-            res = self.runner.run(backend, spec.problem, spec.tactic,
-                                  measure=not getattr(benchmark, "disabled", False))
+            try:  # the backend's own prepare()/run() raising fails this case in one line; the sweep goes on
+                res = self.runner.run(backend, spec.problem, spec.tactic,
+                                      measure=not getattr(benchmark, "disabled", False))
+            except Exception as exc:
+                from fp4bench.backends._errors import one_line
+
+                pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {one_line(exc)}", pytrace=False)
             res_status, reason = res.status, res.reason
         from fp4bench.plugin_console import skip
 

@@ -112,7 +112,7 @@ class Worker:
             ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
         except WorkerLost as exc:
             why = self._stderr.error_line()
-            raise WorkerLost(f"{exc}: {why}" if why else str(exc)) from None
+            raise WorkerLost(f"{exc}; {self.spec.python} said: {why}" if why else str(exc)) from None
         finally:
             self._stderr.forward()  # from now on the child's stderr (library output) is passed through
         if ready.get("type") == "error":
@@ -139,7 +139,7 @@ class Worker:
             raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
         if line is None:  # stdout at EOF: the process is exiting
             rc = self._reap()
-            raise WorkerLost(f"{self.label} process ({self.spec.python}) died during {what}: {describe_exit(rc)}")
+            raise WorkerLost(f"{self.label} process died during {what}: {describe_exit(rc)}")
         try:
             reply = json.loads(line)
         except ValueError:
