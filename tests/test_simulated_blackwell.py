@@ -26,13 +26,22 @@ BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel",
 QUICK = ["--fp4-models", "sim-tiny", "--fp4-time-budget", "0.02", "--fp4-min-samples", "5"]
 
 
+FLASHINFER = ("0.7.2.post1", "0.7.4")  # the simulated releases (tests/fakes/flashinfer_releases.py)
+
+
+def sim_path(flashinfer: str) -> str:
+    """PYTHONPATH of a simulated machine with that FlashInfer release installed."""
+    return os.pathsep.join([str(ROOT / "tests"), str(SIM), str(SIM / "dists" / flashinfer)])
+
+
 def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", library: str = "",
-          torch_seen: str = "2.9.1") -> subprocess.CompletedProcess:
+          torch_seen: str = "2.9.1", flashinfer: str = FLASHINFER[0],
+          extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # without the xdist worker's variables (module-scoped fixtures run this before the autouse
     # fixture of conftest.py hides them): the child's pytest-benchmark would disable itself
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(SIM)]),
-               FP4SIM_GPU=gpu, FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen)
+    env.update(PYTHONPATH=sim_path(flashinfer), FP4SIM_GPU=gpu, FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library,
+               FP4SIM_TORCH=torch_seen, FP4SIM_FLASHINFER=flashinfer, **(extra_env or {}))
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
            "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -71,9 +80,10 @@ def of(res: subprocess.CompletedProcess, backend: str) -> dict[str, tuple[str, s
     return {k: v for k, v in outcomes(res).items() if k.startswith(f"{backend}-") and not k.startswith(f"{backend}-nvfp4")}
 
 
+@pytest.mark.parametrize("flashinfer", FLASHINFER)
 @pytest.mark.parametrize("gpu", ["B200", "RTX PRO 6000"])
-def test_every_blackwell_backend_passes_with_correct_libraries(tmp_path, gpu):
-    res = bench(tmp_path, "--fp4-batches", "1", "--benchmark-disable", gpu=gpu)
+def test_every_blackwell_backend_passes_with_correct_libraries(tmp_path, gpu, flashinfer):
+    res = bench(tmp_path, "--fp4-batches", "1", "--benchmark-disable", gpu=gpu, flashinfer=flashinfer)
     assert res.returncode == 0, res.stdout[-3000:]
     got = outcomes(res)
     mxfp4_runs = gpu == "B200"  # torch gates MXFP4 to major 10
@@ -181,3 +191,48 @@ def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_
     assert any("tactic t02 now runs another kernel" in ln for ln in changed)
     assert not [ln for ln in changed if re.search(r"[+-]\d+\.\d%", ln)]  # no Δ on these lines
     assert "lost tactic" not in res.stdout
+
+
+def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``fp4bench ab`` between the two simulated FlashInfer releases on one simulated GPU."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(FP4SIM_GPU=gpu, FP4SIM_FAULT="", FP4SIM_LIBRARY="", FP4SIM_TORCH="2.9.1",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(SIM)]))
+    out = tmp_path / "ab.json"
+    a, b = FLASHINFER
+    # the CLI's own main, in a process that also loads the simulation (it lists sim-tiny)
+    cmd = [sys.executable, "-c", "import sys, fp4sim_ab; from fp4bench.cli import main; sys.exit(main(sys.argv[1:]))",
+           "ab", "--a", sys.executable, "--b", sys.executable,
+           "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}",
+           "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}",
+           "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
+           "--batches", "1", "--tactics", "all", "--device", "cpu", "--rounds", "6", "--round-samples", "10",
+           "--floor", "8", "--json", str(out)]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return res, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(tmp_path):
+    """0.7.4's SM120 launcher skips the stream-K workspace re-initialization: on a simulated RTX PRO
+    6000 those tactics (t02, t03 of the simulated list: swap/noswap stream-K) are IMPROVED, every
+    other row is unchanged, and the stack difference is the FlashInfer version.
+
+    The simulated memset is 20 % of a launch (fp4sim_world: ~2 us of ~10 us); the floor of 8 %
+    keeps CPU scheduling noise of the shared test machine (a few %) out of the verdicts."""
+    res, js = _ab(tmp_path, "RTX PRO 6000")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    rows = {re.search(r"flashinfer-cutlass-(t\d\d|default)-", r["name"]).group(1): r for r in js["benchmarks"]}
+    assert set(rows) == {"default", "t00", "t01", "t02", "t03"}, sorted(rows)
+    for label, r in rows.items():
+        streamk = label in ("t02", "t03")
+        assert r["status"] == "PASS", r
+        assert (r["delta_pct"] < -8) == streamk, (label, r["delta_pct"], r["reason"])
+        assert streamk == ("improved" in r["reason"].lower() or "faster" in r["reason"].lower()), r
+    assert ["flashinfer", "0.7.2.post1", "0.7.4"] in js["changes"], js["changes"]
+
+
+def test_ab_of_the_flashinfer_upgrade_on_sm100_changes_nothing(tmp_path):
+    res, js = _ab(tmp_path, "B200")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert js["benchmarks"] and all(r["status"] == "PASS" and abs(r["delta_pct"]) < 8 for r in js["benchmarks"]), \
+        [(r["name"], r["delta_pct"]) for r in js["benchmarks"]]
