@@ -5,6 +5,7 @@
 ``FP4SIM_LIBRARY``  "" (FlashInfer 0.7.2.post1 as released), "reordered" (two configs swapped),
                     "dropped" (one config removed): a simulated FlashInfer upgrade
 ``FP4SIM_TORCH``    the torch the sgl_kernel wheel sees ("2.9.1": the sglang runner stack)
+``FP4SIM_CALL_S``   simulated device time of a dense launch (see ``CALL_S``)
 ``FP4SIM_FLASHINFER`` the simulated FlashInfer release, "0.7.2.post1" (default) or "0.7.4"
                     (``fakes.flashinfer_releases``); put ``dists/<release>`` on the path too, so
                     its distribution metadata (the fingerprint's version) is that release's
@@ -42,11 +43,12 @@ FAILING_TACTIC = 1
 N_CONFIGS = 4
 REORDERED = (1, 2)   # FP4SIM_LIBRARY=reordered swaps these two indices
 DROPPED = 2          # FP4SIM_LIBRARY=dropped removes this index
-#: Simulated device time of one dense launch, and what a stream-K workspace memset adds under a
-#: release that re-initializes per call: [estimate] a decode-size FP4 GEMM on SM120 takes ~10 us
-#: and a cudaMemsetAsync of the stream-K workspace ~2 us, scaled x300 so CPU time stays below it.
-CALL_S = 3e-3
-STREAMK_MEMSET_S = 0.6e-3
+#: ``FP4SIM_CALL_S``: simulated device time of one dense launch in seconds (default 0: none, the
+#: fake's CPU time). A timing comparison sets it well above the fake's CPU time; a stream-K
+#: workspace memset, under a release that re-initializes per call, adds a fifth of it
+#: ([estimate] ~2 us on a ~10 us decode-size FP4 GEMM on SM120).
+CALL_S = float(os.environ.get("FP4SIM_CALL_S") or 0)
+STREAMK_MEMSET_S = CALL_S / 5
 
 
 def _configs(full: tuple[str, ...]) -> list[str]:
