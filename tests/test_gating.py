@@ -7,6 +7,8 @@ Fakes count their calls; library loaders are replaced by functions that fail the
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -241,3 +243,23 @@ def test_probe_ignores_a_same_named_file_in_the_working_directory(tmp_path, monk
     monkeypatch.delenv("PYTHONPATH", raising=False)
     probe = _gating.probe_import("fp4b_shadow")
     assert not probe.ok and "ModuleNotFoundError" in probe.error
+
+
+def test_sglang_kernel_without_the_fp4_ops_names_the_missing_op(monkeypatch):
+    """sglang-kernel 0.4.10 (sgl-kernel's successor) imports but registers neither FP4 GEMM op:
+    the skip names the package, its version and the missing op, not an import failure."""
+    import types
+
+    pretend(monkeypatch, "B200")
+    versions = {"sglang-kernel": "0.4.10"}
+    monkeypatch.setattr(_gating, "dist_version", lambda *names: next((versions[n] for n in names if n in versions), None))
+    monkeypatch.setattr(_gating, "module_installed", lambda name: True)
+    monkeypatch.setattr(_gating, "probe_import", lambda name: _gating.ImportProbe(True))
+    mod = types.ModuleType("sgl_kernel")
+    mod.__version__ = "0.4.10"
+    monkeypatch.setitem(sys.modules, "sgl_kernel", mod)
+    monkeypatch.setattr(torch.ops, "sgl_kernel", types.SimpleNamespace(other_op=object()), raising=False)
+    for cls, op in ((SglKernelDense, "cutlass_scaled_fp4_mm"), (SglKernelGroup, "cutlass_fp4_group_mm")):
+        avail = cls().availability(CUDA)
+        assert not avail.ok and avail.reason.startswith(f"sglang-kernel 0.4.10 has no {op}"), avail.reason
+        assert "does not import" not in avail.reason
