@@ -224,16 +224,11 @@ def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     rows = {re.search(r"flashinfer-cutlass-(t\d\d|default)-", r["name"]).group(1): r for r in js["benchmarks"]}
     assert set(rows) == {"default", "t00", "t01", "t02", "t03"}, sorted(rows)
+    improved = {m.group(1) for m in re.finditer(r"PASS \(improved\)\s+flashinfer-cutlass-(t\d\d|default)-", res.stdout)}
     for label, r in rows.items():
         streamk = label in ("t02", "t03")
         assert r["status"] == "PASS", r
         assert (r["delta_pct"] < -8) == streamk, (label, r["delta_pct"], r["reason"])
-        assert streamk == ("improved" in r["reason"].lower() or "faster" in r["reason"].lower()), r
+    assert improved == {"t02", "t03"}, res.stdout[-3000:]
     assert ["flashinfer", "0.7.2.post1", "0.7.4"] in js["changes"], js["changes"]
 
-
-def test_ab_of_the_flashinfer_upgrade_on_sm100_changes_nothing(tmp_path):
-    res, js = _ab(tmp_path, "B200")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    assert js["benchmarks"] and all(r["status"] == "PASS" and abs(r["delta_pct"]) < 8 for r in js["benchmarks"]), \
-        [(r["name"], r["delta_pct"]) for r in js["benchmarks"]]
