@@ -232,3 +232,19 @@ def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(
     assert improved == {"t02", "t03"}, res.stdout[-3000:]
     assert ["flashinfer", "0.7.2.post1", "0.7.4"] in js["changes"], js["changes"]
 
+
+
+@pytest.mark.parametrize("flashinfer", FLASHINFER)
+def test_the_4over6_environment_fails_0_7_2_by_name_and_is_pinned_off_under_0_7_4(tmp_path, flashinfer):
+    """With FLASHINFER_NVFP4_4OVER6=1 the fused MoE re-quantizes its intermediate with another
+    recipe: 0.7.2.post1 (no ``nvfp4_4over6`` keyword) fails as a mismatch that names the variable;
+    under 0.7.4 the adapter passes ``nvfp4_4over6=None`` and the rows pass."""
+    res = bench(tmp_path, "--fp4-batches", "64", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds",
+                "moe", "--benchmark-disable", flashinfer=flashinfer, extra_env={"FLASHINFER_NVFP4_4OVER6": "1"})
+    rows = of(res, "flashinfer-cutlass-moe-nvfp4")
+    assert rows, res.stdout[-3000:]
+    if flashinfer == "0.7.4":
+        assert res.returncode == 0 and all(s == "PASSED" for s, _ in rows.values()), rows
+    else:
+        assert res.returncode == 1 and all(s == "FAILED" and "mismatch" in m and "FLASHINFER_NVFP4_4OVER6=1" in m
+                                           for s, m in rows.values()), rows
