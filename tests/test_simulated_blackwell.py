@@ -207,7 +207,7 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
            "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}",
            "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
            "--batches", "1", "--tactics", "all", "--device", "cpu", "--rounds", "3", "--round-samples", "5",
-           "--floor", "8", "--json", str(out)]
+           "--floor", "8", "--l2", "hot", "--json", str(out)]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     return res, json.loads(out.read_text()) if out.exists() else {}
 
