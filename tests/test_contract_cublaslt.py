@@ -18,7 +18,7 @@ from fakes.decode import FakeContractError, Misread
 from fakes.torch_scaled_mm import FakeTorchScaledMM
 from fp4bench.backends import cublaslt
 from fp4bench.backends.base import TacticUnsupported
-from fp4bench.backends.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4, TorchScaledMMAPI
+from fp4bench.backends.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4, TorchScaledMMAPI, load_torch_scaled_mm
 from fp4bench.operands import make_operands
 from fp4bench.problems import GemmProblem, GroupedProblem
 
@@ -60,10 +60,17 @@ def test_real_torch_meta_checks_accept_the_prepared_arguments(monkeypatch, varia
     def v1(a, b, sa, sb, out):
         return out.copy_(torch._scaled_mm(a, b, sa, sb, out_dtype=out.dtype))
 
-    def v2(a, b, sa, ra, wa, sb, rb, wb, out):
+    def f_scaled_mm(a, b, sa, ra, wa, sb, rb, wb, out):
         res = F.scaled_mm(a, b, sa, [F.ScalingType(r) for r in ra], sb, [F.ScalingType(r) for r in rb],
                           [F.SwizzleType(s) for s in wa], [F.SwizzleType(s) for s in wb], output_dtype=out.dtype)
         return out.copy_(res)
+
+    # From torch 2.14 on ``_scaled_mm_v2`` is a structured op: its Meta kernel validates the scales
+    # and the Python meta behind F.scaled_mm no longer does; torch 2.13 has no Meta kernel for the
+    # op and validates in the Python meta. So v2 goes through the adapter's own binding
+    # (``torch.ops.aten._scaled_mm_v2.out``) where that has a Meta kernel, else through F.scaled_mm.
+    structured = torch._C._dispatch_has_kernel_for_dispatch_key("aten::_scaled_mm_v2.out", "Meta")
+    v2 = load_torch_scaled_mm().scaled_mm_v2_out if structured else f_scaled_mm
 
     be = cls(api=TorchScaledMMAPI("meta", v1, v2))
     # torch 2.13's *meta* check for MXFP4 in _scaled_mm_v2 counts scale columns from the packed
@@ -82,7 +89,8 @@ def test_real_torch_meta_checks_accept_the_prepared_arguments(monkeypatch, varia
     wrong = torch.empty(good[0].numel() - 1 if isinstance(good, list) else good.numel() - 1,
                         dtype=(good[0] if isinstance(good, list) else good).dtype, device=META)
     prep.args[key] = [wrong, *good[1:]] if isinstance(good, list) else wrong
-    with pytest.raises(RuntimeError, match="must have|should have"):
+    # torch <= 2.13 raises RuntimeError, the structured meta of torch >= 2.14 ValueError
+    with pytest.raises((RuntimeError, ValueError), match="must have|should have"):
         be.run(prep, be.tactics(problem, META)[0])
 
 

@@ -67,6 +67,9 @@ class FakeFlashInfer:
     def device_arch(self, device: torch.device) -> str:
         return self.arch
 
+    def accepts(self, keyword: str) -> bool:
+        return False  # 0.7.2.post1's cutlass_fused_moe: no nvfp4_4over6
+
     def workspace_size(self, **kw) -> int:
         assert kw["use_fused_finalize"] is False
         return 4096

@@ -7,6 +7,8 @@ Fakes count their calls; library loaders are replaced by functions that fail the
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ from fakes.sgl_kernel import FakeSglKernel
 from fakes.torch_scaled_mm import FakeTorchScaledMM
 from fp4bench.backends import _gating, cublaslt, flashinfer_dense, sgl_kernel
 from fp4bench.backends.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4
-from fp4bench.backends.flashinfer_dense import TABLE_VERSION, FlashInferDense, tactic_configs
+from fp4bench.backends.flashinfer_dense import VERIFIED_TABLES, FlashInferDense, default_config, tactic_configs
 from fp4bench.backends.sgl_kernel import SglKernelDense, SglKernelGroup
 
 CUDA = torch.device("cuda")
@@ -148,11 +150,12 @@ def test_cublaslt_checks_the_installed_torch(monkeypatch):
     (24, "t24:128x128x256-c4x4-2sm"), (25, "t25:128x256x256-c1x1-1sm"), (30, "t30:128x256x256-c2x4-2sm"),
     (31, "t31:128x256x256-c4x4-2sm"),
 ])
-def test_sm100_labels(index, label):
-    configs = tactic_configs(32, 10, 0, TABLE_VERSION)
+@pytest.mark.parametrize("version", VERIFIED_TABLES)
+def test_sm100_labels(index, label, version):
+    configs = tactic_configs(32, 10, 0, version)
     assert f"t{index:02d}:{configs[index]}" == label
     assert len(set(configs)) == 32
-    assert tactic_configs(32, 11, 0, TABLE_VERSION) == configs  # SM110 loads the SM100 module
+    assert tactic_configs(32, 11, 0, version) == configs  # SM110 loads the SM100 module
 
 
 @pytest.mark.parametrize(("index", "label"), [
@@ -160,15 +163,28 @@ def test_sm100_labels(index, label):
     (3, "t03:128x32x128-noswap-streamk"), (5, "t05:128x32x256-noswap-dp"), (21, "t21:128x128x256-noswap-dp"),
     (26, "t26:256x128x128-swap-streamk"), (31, "t31:128x256x128-noswap-streamk"),
 ])
-def test_sm120_labels(index, label):
-    assert f"t{index:02d}:{tactic_configs(32, 12, 0, TABLE_VERSION)[index]}" == label
-    assert f"t{index:02d}:{tactic_configs(32, 12, 1, TABLE_VERSION)[index]}" == label
+@pytest.mark.parametrize("version", VERIFIED_TABLES)
+def test_sm120_labels(index, label, version):
+    assert f"t{index:02d}:{tactic_configs(32, 12, 0, version)[index]}" == label
+    assert f"t{index:02d}:{tactic_configs(32, 12, 1, version)[index]}" == label
 
 
-def test_unknown_tables_give_no_configs():
-    assert tactic_configs(63, 10, 3, TABLE_VERSION) == [None] * 63  # SM103: unverified table
-    assert tactic_configs(30, 10, 0, TABLE_VERSION) == [None] * 30  # a count the table does not describe
-    assert tactic_configs(32, 10, 0, "0.7.3") == [None] * 32  # another release may order its list differently
+def test_flashinfer_0_7_4_keeps_the_verified_configs_and_defaults():
+    """0.7.4 ships the 0.7.2.post1 tables byte for byte: its tactics keep their configs."""
+    for major, minor in ((10, 0), (12, 0)):
+        assert tactic_configs(32, major, minor, "0.7.4") == tactic_configs(32, major, minor, "0.7.2.post1")
+        assert default_config(major, minor, "0.7.4") == default_config(major, minor, "0.7.2.post1")
+    assert default_config(12, 0, "0.7.4") == "128x128x256-noswap-dp"
+
+
+def test_unknown_tables_say_why_the_config_is_unknown():
+    v = VERIFIED_TABLES[0]
+    assert tactic_configs(63, 10, 3, v) == [f"config unknown on SM103 (flashinfer {v}: table not verified)"] * 63
+    assert tactic_configs(30, 10, 0, v) == [f"config unknown: flashinfer {v} lists 30 tactics on SM100, "
+                                            "the verified table 32"] * 30
+    # another release may order its list differently
+    assert tactic_configs(32, 10, 0, "0.7.5") == ["config unknown for flashinfer 0.7.5 (tables not verified)"] * 32
+    assert default_config(12, 0, "0.7.5") == "config unknown for flashinfer 0.7.5 (tables not verified)"
 
 
 def test_tactics_come_from_the_runner(monkeypatch):
@@ -227,3 +243,23 @@ def test_probe_ignores_a_same_named_file_in_the_working_directory(tmp_path, monk
     monkeypatch.delenv("PYTHONPATH", raising=False)
     probe = _gating.probe_import("fp4b_shadow")
     assert not probe.ok and "ModuleNotFoundError" in probe.error
+
+
+def test_sglang_kernel_without_the_fp4_ops_names_the_missing_op(monkeypatch):
+    """sglang-kernel 0.4.10 (sgl-kernel's successor) imports but registers neither FP4 GEMM op:
+    the skip names the package, its version and the missing op, not an import failure."""
+    import types
+
+    pretend(monkeypatch, "B200")
+    versions = {"sglang-kernel": "0.4.10"}
+    monkeypatch.setattr(_gating, "dist_version", lambda *names: next((versions[n] for n in names if n in versions), None))
+    monkeypatch.setattr(_gating, "module_installed", lambda name: True)
+    monkeypatch.setattr(_gating, "probe_import", lambda name: _gating.ImportProbe(True))
+    mod = types.ModuleType("sgl_kernel")
+    mod.__version__ = "0.4.10"
+    monkeypatch.setitem(sys.modules, "sgl_kernel", mod)
+    monkeypatch.setattr(torch.ops, "sgl_kernel", types.SimpleNamespace(other_op=object()), raising=False)
+    for cls, op in ((SglKernelDense, "cutlass_scaled_fp4_mm"), (SglKernelGroup, "cutlass_fp4_group_mm")):
+        avail = cls().availability(CUDA)
+        assert not avail.ok and avail.reason.startswith(f"sglang-kernel 0.4.10 has no {op}"), avail.reason
+        assert "does not import" not in avail.reason

@@ -59,3 +59,52 @@ def test_prepare_builds_only_what_is_missing(fake_flashinfer):
     jit_cache.prepare((9, 0), echo=lines.append)
     assert fake_flashinfer.builds == 1 and "already built" in lines[-1]
     assert jit_cache.prepare((8, 0), echo=lines.append) == 0 and "nothing to build" in lines[-1]
+
+
+def _flashinfer_backends() -> dict[str, set[tuple[int, int]]]:
+    """Every registered backend whose adapter module drives FlashInfer -> the (major, minor) it supports."""
+    from fp4bench.backends import registry
+
+    out = {}
+    for b in registry.all_backends():
+        mod = sys.modules[type(b).__module__]
+        if not type(b).__module__.startswith("fp4bench.backends.flashinfer"):
+            continue
+        ccs = getattr(b, "supported_ccs", None) or getattr(mod, "SUPPORTED_SMS")
+        out[b.name] = {(cc // 10, cc % 10) for cc in ccs}
+    return out
+
+
+def test_every_flashinfer_backend_is_guarded_on_every_capability_it_supports():
+    """Derived from the registry: a renamed or new FlashInfer backend cannot escape the guard."""
+    backends = _flashinfer_backends()
+    assert {"flashinfer-cutlass", "flashinfer-cutlass-moe", "flashinfer-cutlass-moe-nvfp4"} <= set(backends)
+    missing = [(name, cap) for name, caps in backends.items() for cap in sorted(caps)
+               if not any(name in names for _, names, _ in jit_cache._SPECS.get(cap, []))]
+    assert not missing, f"FlashInfer backends with no JIT module in jit_cache._SPECS: {missing}"
+    names = {n for specs in jit_cache._SPECS.values() for _, ns, _ in specs for n in ns}
+    assert names <= set(backends), f"_SPECS names backends that do not exist: {names - set(backends)}"
+
+
+@pytest.mark.parametrize("cap, gen", [((10, 0), "sm100"), ((11, 0), "sm100"), ((10, 3), "sm103"),
+                                      ((12, 0), "sm120"), ((12, 1), "sm120")])
+def test_prepare_builds_the_blackwell_fused_moe_module_flashinfer_loads(monkeypatch, cap, gen):
+    """``fp4bench prepare --backends flashinfer-cutlass-moe-nvfp4`` builds ``fused_moe_<arch>``, the
+    module ``get_cutlass_fused_moe_module`` loads for that capability."""
+    specs = {}
+    moe = types.ModuleType("flashinfer.jit.fused_moe")
+    for arch in ("sm90", "sm100", "sm103", "sm120"):
+        specs[arch] = _Spec(built=False)
+        setattr(moe, f"gen_cutlass_fused_moe_{arch}_module", lambda a=arch: specs[a])
+    env = types.SimpleNamespace(FLASHINFER_JIT_DIR="/cache/cached_ops")
+    jit = types.ModuleType("flashinfer.jit")
+    jit.env = env
+    for name, mod in {"flashinfer": types.ModuleType("flashinfer"), "flashinfer.jit": jit,
+                      "flashinfer.jit.fused_moe": moe}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.delenv(jit_cache.ALLOW_ENV, raising=False)
+    assert "is not built" in jit_cache.unbuilt_reason("flashinfer-cutlass-moe-nvfp4", cap)
+    lines: list[str] = []
+    jit_cache.prepare(cap, {"flashinfer-cutlass-moe-nvfp4"}, echo=lines.append)
+    assert {a: s.builds for a, s in specs.items()} == {a: int(a == gen) for a in specs}, lines
+    assert jit_cache.unbuilt_reason("flashinfer-cutlass-moe-nvfp4", cap) == ""

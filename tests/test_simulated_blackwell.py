@@ -26,13 +26,22 @@ BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel",
 QUICK = ["--fp4-models", "sim-tiny", "--fp4-time-budget", "0.02", "--fp4-min-samples", "5"]
 
 
+FLASHINFER = ("0.7.2.post1", "0.7.4")  # the simulated releases (tests/fakes/flashinfer_releases.py)
+
+
+def sim_path(flashinfer: str) -> str:
+    """PYTHONPATH of a simulated machine with that FlashInfer release installed."""
+    return os.pathsep.join([str(ROOT / "tests"), str(SIM), str(SIM / "dists" / flashinfer)])
+
+
 def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", library: str = "",
-          torch_seen: str = "2.9.1") -> subprocess.CompletedProcess:
+          torch_seen: str = "2.9.1", flashinfer: str = FLASHINFER[0],
+          extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # without the xdist worker's variables (module-scoped fixtures run this before the autouse
     # fixture of conftest.py hides them): the child's pytest-benchmark would disable itself
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(SIM)]),
-               FP4SIM_GPU=gpu, FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen)
+    env.update(PYTHONPATH=sim_path(flashinfer), FP4SIM_GPU=gpu, FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library,
+               FP4SIM_TORCH=torch_seen, FP4SIM_FLASHINFER=flashinfer, **(extra_env or {}))
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
            "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -71,9 +80,10 @@ def of(res: subprocess.CompletedProcess, backend: str) -> dict[str, tuple[str, s
     return {k: v for k, v in outcomes(res).items() if k.startswith(f"{backend}-") and not k.startswith(f"{backend}-nvfp4")}
 
 
+@pytest.mark.parametrize("flashinfer", FLASHINFER)
 @pytest.mark.parametrize("gpu", ["B200", "RTX PRO 6000"])
-def test_every_blackwell_backend_passes_with_correct_libraries(tmp_path, gpu):
-    res = bench(tmp_path, "--fp4-batches", "1", "--benchmark-disable", gpu=gpu)
+def test_every_blackwell_backend_passes_with_correct_libraries(tmp_path, gpu, flashinfer):
+    res = bench(tmp_path, "--fp4-batches", "1", "--benchmark-disable", gpu=gpu, flashinfer=flashinfer)
     assert res.returncode == 0, res.stdout[-3000:]
     got = outcomes(res)
     mxfp4_runs = gpu == "B200"  # torch gates MXFP4 to major 10
@@ -181,3 +191,19 @@ def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_
     assert any("tactic t02 now runs another kernel" in ln for ln in changed)
     assert not [ln for ln in changed if re.search(r"[+-]\d+\.\d%", ln)]  # no Δ on these lines
     assert "lost tactic" not in res.stdout
+
+
+@pytest.mark.parametrize("flashinfer", FLASHINFER)
+def test_the_4over6_environment_fails_0_7_2_by_name_and_is_pinned_off_under_0_7_4(tmp_path, flashinfer):
+    """With FLASHINFER_NVFP4_4OVER6=1 the fused MoE re-quantizes its intermediate with another
+    recipe: 0.7.2.post1 (no ``nvfp4_4over6`` keyword) fails as a mismatch that names the variable;
+    under 0.7.4 the adapter passes ``nvfp4_4over6=None`` and the rows pass."""
+    res = bench(tmp_path, "--fp4-batches", "64", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds",
+                "moe", "--benchmark-disable", flashinfer=flashinfer, extra_env={"FLASHINFER_NVFP4_4OVER6": "1"})
+    rows = of(res, "flashinfer-cutlass-moe-nvfp4")
+    assert rows, res.stdout[-3000:]
+    if flashinfer == "0.7.4":
+        assert res.returncode == 0 and all(s == "PASSED" for s, _ in rows.values()), rows
+    else:
+        assert res.returncode == 1 and all(s == "FAILED" and "mismatch" in m and "FLASHINFER_NVFP4_4OVER6=1" in m
+                                           for s, m in rows.values()), rows

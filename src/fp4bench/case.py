@@ -187,7 +187,8 @@ class CaseRunner:
         info["availability"] = "ok"
         info.update(check.to_extra_info())
         if not check.ok:
-            return CaseResult(FAILED, f"{check.kind}: {check.detail}", check=check, extra_info=info)
+            return CaseResult(FAILED, f"{check.kind}: {check.detail}{backend.failure_hint(prep)}", check=check,
+                              extra_info=info)
         if not measure:
             return CaseResult(MEASURED, "correctness only (timing disabled)", check=check, extra_info=info)
         fns = self._rotating_calls(backend, problem, ops, prep, tactic)

@@ -21,6 +21,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from fp4bench.backends import _numerics_env as numerics_env
+
 #: Keys that must be equal between a baseline and the current run (the GPU model).
 MUST_MATCH: tuple[str, ...] = ("gpu_slug", "compute_capability")
 
@@ -64,6 +66,9 @@ class Fingerprint:
     #: shifts of a few % on µs-scale kernels (two ~9 µs kernels +3.5–4.2 % between two
     #: H200 machines, docs/results-h200.md), so the report shows it under "what changed"
     gpu_uuid: str | None = None
+    #: FlashInfer's NVFP4-quantization environment variables that are set ("K=V, ..."; None: none
+    #: is): they change the rounding of NVFP4 activations, so a difference is a stack change
+    flashinfer_numerics_env: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -249,6 +254,7 @@ def collect_fingerprint(device: Any = None) -> Fingerprint:
         flashinfer=dist_version(*_DISTS["flashinfer"]),
         sgl_kernel=dist_version(*_DISTS["sgl_kernel"]),
         python=platform.python_version(),
+        flashinfer_numerics_env=numerics_env.describe(numerics_env.set_vars()),
     )
     dev = torch.device(device) if device is not None else None
     if dev is None:

@@ -19,24 +19,30 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-#: compute capability -> [(module label, backend names that need it, "module:function" making the JitSpec)]
+#: compute capability -> [(module label, backend names that need it, "module:function" making the JitSpec)].
+#: The functions are the ones FlashInfer loads: ``gen_cutlass_fused_moe_module`` builds
+#: ``fused_moe_{arch}`` (flashinfer/jit/fused_moe.py:275 in 0.7.2.post1, :276 in 0.7.4), and
+#: ``get_cutlass_fused_moe_module`` loads the SM100 one for "100"/"107"/"110" and the SM120 one for
+#: "120"/"121" (flashinfer/fused_moe/core.py:629-639 in 0.7.2.post1, :887-897 in 0.7.4); the dense
+#: runner loads the SM100 module for major 10/11 except SM103 (gemm/gemm_base.py:2895 / :3294).
+#: ``tests/test_jit_cache.py`` checks every FlashInfer backend of the registry is named here for
+#: every compute capability it supports.
+_MOE_NVFP4 = "flashinfer-cutlass-moe-nvfp4"
+_DENSE = "flashinfer-cutlass"
+_SM100 = [("fused MoE (SM100)", (_MOE_NVFP4,), "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm100_module"),
+          ("dense FP4 GEMM (SM100)", (_DENSE,), "flashinfer.jit.gemm.core:gen_gemm_sm100_module_cutlass_fp4")]
+_SM120 = [("fused MoE (SM120)", (_MOE_NVFP4,), "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm120_module"),
+          ("dense FP4 GEMM (SM120)", (_DENSE,), "flashinfer.jit.gemm.core:gen_gemm_sm120_module_cutlass_fp4")]
 _SPECS: dict[tuple[int, int], list[tuple[str, tuple[str, ...], str]]] = {
     (9, 0): [("fused MoE (SM90)", ("flashinfer-cutlass-moe",),
               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm90_module")],
-    (10, 0): [("fused MoE (SM100)", ("flashinfer-cutlass-moe",),
-               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm100_module"),
-              ("dense FP4 GEMM (SM100)", ("flashinfer-cutlass",),
-               "flashinfer.jit.gemm.core:gen_gemm_sm100_module_cutlass_fp4")],
-    (10, 3): [("fused MoE (SM103)", ("flashinfer-cutlass-moe",),
-               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm103_module"),
-              ("dense FP4 GEMM (SM103)", ("flashinfer-cutlass",),
-               "flashinfer.jit.gemm.core:gen_gemm_sm103_module_cutlass_fp4")],
-    (12, 0): [("fused MoE (SM120)", ("flashinfer-cutlass-moe",),
-               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm120_module"),
-              ("dense FP4 GEMM (SM120)", ("flashinfer-cutlass",),
-               "flashinfer.jit.gemm.core:gen_gemm_sm120_module_cutlass_fp4")],
+    (10, 0): _SM100,
+    (10, 3): [("fused MoE (SM103)", (_MOE_NVFP4,), "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm103_module"),
+              ("dense FP4 GEMM (SM103)", (_DENSE,), "flashinfer.jit.gemm.core:gen_gemm_sm103_module_cutlass_fp4")],
+    (11, 0): _SM100,
+    (12, 0): _SM120,
+    (12, 1): _SM120,
 }
-_SPECS[(12, 1)] = _SPECS[(12, 0)]
 #: set to 1 to let a run compile missing modules inside the first test that needs them
 ALLOW_ENV = "FP4BENCH_ALLOW_JIT"
 

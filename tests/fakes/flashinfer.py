@@ -23,15 +23,20 @@ Semantics implemented (flashinfer 0.7.2.post1, ``gemm/gemm_base.py`` and
   (``fp4_gemm_template_sm100.h:281-302``, ``sm120.h:166-192``): ``workspace``,
   ``can_implement``, ``init``, ``run``. Argument checks raise ``FakeContractError`` (TVM-FFI's
   ``Check failed: ...`` RuntimeError).
+* Simulated device time (``call_s``, 0 = none): a launch lasts at least ``call_s``; on SM120 a
+  stream-K config of a release whose launcher re-initializes (``fakes.flashinfer_releases``,
+  0.7.2.post1) lasts ``streamk_memset_s`` longer: the workspace memset 0.7.4 no longer issues.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+import time
 from dataclasses import dataclass, field
 
 import torch
 
+from fakes import flashinfer_releases as releases
 from fakes.decode import EXACT, FakeContractError, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
 from fp4bench.backends.flashinfer_dense import FlashInferAPI
 
@@ -75,7 +80,9 @@ class FakeCutlassFp4Runner:
         self.owner.calls += 1
         return list(range(len(self.owner.configs(self.family))))
 
-    def __call__(self, inputs: list, tactic: int = -1, **kwargs: object) -> torch.Tensor:
+    def __call__(self, inputs: list, tactic: int = -1, do_preparation: bool = False, **kwargs: object) -> torch.Tensor:
+        """``CutlassFp4GemmRunner.forward`` (its ``**kwargs`` is the real one's, unused there too)."""
+        t0 = time.perf_counter()
         self.owner.calls += 1
         require(len(inputs) == 10, f"runner inputs must have 10 entries, got {len(inputs)}")
         a, b, a_sf, b_sf, alpha, out_dtype, out, block_size, use_nvfp4, ws = inputs
@@ -131,7 +138,13 @@ class FakeCutlassFp4Runner:
         write(out, acc)
         self.owner.launches.append(tactic)
         self.owner.kernels.append(f"cutlass3x_{self.family}_fp4gemm_{config}")
+        self._spin_until(t0 + self.owner.device_time(self.family, config))
         return out
+
+    @staticmethod
+    def _spin_until(deadline: float) -> None:
+        while time.perf_counter() < deadline:
+            pass
 
 
 @dataclass
@@ -143,7 +156,10 @@ class FakeFlashInfer:
     supported_sms: Collection[int] = (100, 103, 107, 110, 120, 121)
     #: replace a family's config list (a library build that dropped or re-ordered configs)
     config_lists: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    version: str = "0.7.2.post1"
+    version: str = releases.DEFAULT
+    #: simulated device time of a launch, and what a stream-K re-initialization adds (seconds)
+    call_s: float = 0.0
+    streamk_memset_s: float = 0.0
     #: an argument check the call fails (TVM-FFI "Check failed: ..."), e.g. a changed contract
     reject: str | None = None
     #: rows [lo, hi] of M for which the kernel writes zeros (FlashInfer #3398 on SM120)
@@ -158,6 +174,13 @@ class FakeFlashInfer:
 
     def configs(self, family: str) -> Sequence[str]:
         return self.config_lists.get(family) or (SM120_CONFIGS if family == "sm120" else SM100_CONFIGS)
+
+    def device_time(self, family: str, config: str) -> float:
+        """Simulated seconds one launch of ``config`` takes (0 without ``call_s``)."""
+        if not self.call_s:
+            return 0.0
+        reinit = releases.release(self.version).streamk_reinit and family == "sm120" and config.endswith("streamk")
+        return self.call_s + (self.streamk_memset_s if reinit else 0.0)
 
     def default_config(self, family: str) -> str:
         return SM120_DEFAULT if family == "sm120" else self.configs(family)[0]

@@ -1,4 +1,4 @@
-"""Fake FlashInfer CUTLASS fused MoE for Blackwell NVFP4 (``cutlass_fused_moe``, 0.7.2.post1).
+"""Fake FlashInfer CUTLASS fused MoE for Blackwell NVFP4 (``cutlass_fused_moe``, 0.7.2.post1 / 0.7.4).
 
 Written from the library's binding and kernels, decoding with ``fakes.decode`` (not
 ``fp4bench.formats``):
@@ -16,6 +16,11 @@ Written from the library's binding and kernels, decoding with ``fakes.decode`` (
 * profile ids ``[g1, g2]``: ``-1`` or ``[0, n1)`` / ``[n1, n1 + n2)`` (binding :716-719);
   ``failing`` tactics raise TRT-LLM's per-tactic texts (moe_gemm_tma_ws_launcher.inl:755-773).
 
+* keywords: exactly those of the release's signature (``fakes.flashinfer_releases``), an unknown
+  one raises Python's ``TypeError``; ``FLASHINFER_NVFP4_4OVER6`` set (and not pinned off by
+  0.7.4's ``nvfp4_4over6=None``) re-quantizes the intermediate with the 4over6 recipe (each
+  block scaled to 4 or 6, whichever rounds with the smaller error), as the library does.
+
 ``fault`` reproduces library/adapter disagreements for the simulated runs: ``gate_first``,
 ``scales_linear``, ``ignore_global`` (alpha not applied), ``arg_check`` (a check our call fails).
 """
@@ -25,8 +30,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import os
+
 import torch
 
+from fakes import flashinfer_releases as releases
 from fakes.decode import E2M1_VALUES, FakeContractError, Misread, dequant, raw_bytes, read_scales
 
 _TACTIC_TEXT = {
@@ -56,14 +64,29 @@ def e2m1_round(x: torch.Tensor) -> torch.Tensor:
     return grid[idx] * torch.sign(x)
 
 
-def requantize_nvfp4(x: torch.Tensor, gs: torch.Tensor) -> torch.Tensor:
-    """``x`` [R, C] -> its NVFP4 round trip with encode global scale ``gs`` (the kernel's requant)."""
+def requantize_nvfp4(x: torch.Tensor, gs: torch.Tensor, four_over_six: bool = False) -> torch.Tensor:
+    """``x`` [R, C] -> its NVFP4 round trip with encode global scale ``gs`` (the kernel's requant);
+    ``four_over_six``: per block, the better of scaling the block's amax to 6 or to 4."""
     r, c = x.shape
     b = x.reshape(r, c // 16, 16)
-    sf = (b.abs().amax(-1) / 6.0 * gs).to(torch.float8_e4m3fn).to(torch.float32)
-    safe = torch.where(sf > 0, sf, torch.ones_like(sf))
-    q = e2m1_round(b * (gs / safe)[..., None])
-    return (q * (sf / gs)[..., None]).reshape(r, c)
+
+    def trip(top: float) -> torch.Tensor:
+        sf = (b.abs().amax(-1) / top * gs).to(torch.float8_e4m3fn).to(torch.float32)
+        safe = torch.where(sf > 0, sf, torch.ones_like(sf))
+        return e2m1_round(b * (gs / safe)[..., None]) * (sf / gs)[..., None]
+
+    out = trip(6.0)
+    if four_over_six:
+        four = trip(4.0)
+        better = (four - b).square().sum(-1, keepdim=True) < (out - b).square().sum(-1, keepdim=True)
+        out = torch.where(better, four, out)
+    return out.reshape(r, c)
+
+
+#: the keywords ``_run`` implements (the adapter's NVFP4 call); the release accepts more
+_MODELLED = frozenset({"input", "token_selected_experts", "token_final_scales", "fc1_expert_weights",
+                       "fc2_expert_weights", "output_dtype", "quant_scales", "output", "input_sf",
+                       "swizzled_input_sf", "profile_ids", "use_fused_finalize", "workspace_buffer"})
 
 
 @dataclass
@@ -95,21 +118,39 @@ class FakeFusedMoE:
     failing: Mapping[int, str] = field(default_factory=dict)
     zero_occupancy: object = ()  # True: every tactic reports 0 (an arch without the query)
     fault: str | None = None
-    version: str = "0.7.2.post1"
+    version: str = releases.DEFAULT
     calls: list = field(default_factory=list)
     kernels: list = field(default_factory=list)
+    #: the keywords of each call (what the adapter passed)
+    keywords: list = field(default_factory=list)
+
+    @property
+    def release(self) -> releases.Release:
+        return releases.release(self.version)
 
     def workspace_size(self, **kw: object) -> int:
+        releases.bind(self.release.workspace_size, "cutlass_fused_moe_workspace_size", kw)
         check(kw.get("use_fused_finalize") is False or kw.get("use_fused_finalize") is None, "fused finalize")
         return 1 << 12
 
     def runner(self) -> FakeMoERunner:
         return FakeMoERunner(self)
 
-    def cutlass_fused_moe(self, *, input, token_selected_experts, token_final_scales, fc1_expert_weights,
-                          fc2_expert_weights, output_dtype, quant_scales, output=None, input_sf=None,
-                          swizzled_input_sf=True, profile_ids=None, use_fused_finalize=True,
-                          workspace_buffer=None, **_: object) -> torch.Tensor:
+    def cutlass_fused_moe(self, **kwargs: object) -> torch.Tensor:
+        """The release's ``cutlass_fused_moe``: its keywords only (TypeError otherwise)."""
+        releases.bind(self.release.cutlass_fused_moe, "cutlass_fused_moe", kwargs)
+        self.keywords.append(sorted(kwargs))
+        env_4over6 = os.environ.get("FLASHINFER_NVFP4_4OVER6", "0") not in ("", "0")
+        pinned = "nvfp4_4over6" in kwargs and kwargs.pop("nvfp4_4over6") is None
+        unmodelled = sorted(set(kwargs) - _MODELLED)
+        if unmodelled:
+            raise NotImplementedError(f"the fake cutlass_fused_moe does not model {unmodelled} (the library takes them)")
+        return self._run(four_over_six=env_4over6 and not pinned, **kwargs)
+
+    def _run(self, *, input, token_selected_experts, token_final_scales, fc1_expert_weights,
+             fc2_expert_weights, output_dtype, quant_scales, output=None, input_sf=None,
+             swizzled_input_sf=True, profile_ids=None, use_fused_finalize=True,
+             workspace_buffer=None, four_over_six: bool = False) -> torch.Tensor:
         self.calls.append(list(profile_ids) if profile_ids is not None else None)
         check(input.dtype == torch.uint8 and input.dim() == 2, "input must be packed NVFP4 uint8 [T, H/2]")
         check(fc1_expert_weights.dtype == torch.int64 and fc2_expert_weights.dtype == torch.int64,
@@ -156,7 +197,7 @@ class FakeFusedMoE:
                 up, gate = gate, up
             act = torch.nn.functional.silu(gate) * up
             g = gs2 if gs2.dim() == 0 else gs2[x_e]
-            act = requantize_nvfp4(act, g.float())
+            act = requantize_nvfp4(act, g.float(), four_over_six)
             a2 = 1.0 if self.fault == "ignore_global" else alpha2[x_e] * g  # alpha2 = 1/(gs2*gs_w2); act holds /gs2
             y2 = ((act @ w2.T) * a2).to(torch.bfloat16).float()
             out.index_add_(0, tok, y2 * token_final_scales[tok, slot][:, None])

@@ -159,5 +159,10 @@ class Backend(ABC):
         with a calibrated global scale); {} = the plain reference of the problem's kind."""
         return {}
 
+    def failure_hint(self, prepared: Prepared) -> str:
+        """Text appended to a failed check's message: a known cause outside the adapter (e.g. an
+        environment variable that changes the library's rounding); '' when there is none."""
+        return ""
+
     def describe(self) -> str:
         return f"{self.name} ({self.api})" if self.api else self.name

@@ -10,8 +10,9 @@ object ``mm_fp4`` builds (flashinfer/gemm/gemm_base.py, CutlassFp4GemmRunner)::
 
 No autotuner runs in the timed path. Tactics are -1 ("default") and ``range(fp4_gemm_tactic_num())``
 (read through ``runner.get_valid_tactics``), labelled ``tNN``; the config of each comes from the
-tile tables of FlashInfer ``TABLE_VERSION`` (SM100/110 and SM120/121 tables below), none
-elsewhere (SM103: its table is not verified).
+tile tables below (SM100/110 and SM120/121) for the FlashInfer releases in ``VERIFIED_TABLES``;
+any other release, SM103 (its table is not verified) or an unexpected tactic count gets a
+config that says "config unknown ..." and why.
 
 Library access goes through ``FlashInferAPI`` so that CPU contract tests can hand the adapter a
 fake (``FlashInferDense(api=fake)``) implementing the documented semantics.
@@ -53,13 +54,21 @@ TACTIC_FAILURES = (
 #: CtaShape128x128x128B, no swap, data-parallel config (csrc/fp4_gemm_cutlass_sm120.cu:141-145),
 #: which is t21 of its list.
 LIBRARY_DEFAULT = -1
-#: The FlashInfer release whose config lists the tables below were derived from; another
-#: version gets no config descriptions (its order may differ: the executed kernel names, recorded
-#: per tactic on the GPU, are then the only identity).
-TABLE_VERSION = "0.7.2.post1"
+#: The FlashInfer releases whose SM100 and SM120 config lists are the tables below, checked by
+#: diffing the wheels: the tables come from ``CutlassFp4GemmRunner::getConfigs`` in
+#: include/flashinfer/gemm/fp4_gemm_cutlass_template.h:194-231 (SM100, 32 configs) and
+#: fp4_gemm_cutlass_template_sm120.h:187-220 (SM120, 32 configs), the default from
+#: csrc/fp4_gemm_cutlass.cu:135-138 and csrc/fp4_gemm_cutlass_sm120.cu:141-145; these four
+#: files are byte-identical in 0.7.2.post1 and 0.7.4 (sha256 f4f6fcb68dc584cb..., 446daaf38d34e643...,
+#: a5b2956a1ad54b7a..., a1c4a0e32db900cc...). A release is keyed by its version because the
+#: headers are compiled into the JIT module from that wheel; a release not listed here may have
+#: re-ordered its list, so its tactics say "config unknown ..." (the executed kernel names,
+#: recorded per tactic on the GPU, are then the only identity) until someone diffs its headers
+#: and adds it.
+VERIFIED_TABLES = ("0.7.2.post1", "0.7.4")
 
 
-# -- tactic labels (from flashinfer 0.7.2.post1 include/flashinfer/gemm/*template*.h) -------------
+# -- tactic labels (flashinfer 0.7.2.post1 / 0.7.4 include/flashinfer/gemm/*template*.h) ------------
 
 # SM100/110: tile x cluster, then FlashInfer moves five "best" configs to the front. Tile K is in
 # elements (the C++ enum's "B" suffix notwithstanding); an even cluster M selects the 2-SM MMA.
@@ -107,20 +116,33 @@ def tactic_table(major: int, minor: int) -> tuple[str, ...] | None:
     return None
 
 
-def tactic_configs(count: int, major: int, minor: int, version: str) -> list[str | None]:
-    """The config each tactic index selects, from the tile tables of FlashInfer ``TABLE_VERSION``;
-    None for every index when the version, the architecture's table or the count differ."""
+def _unknown(version: str, major: int, minor: int, count: int) -> str | None:
+    """Why tactic configs are unknown here, or None when the verified table applies."""
+    if version not in VERIFIED_TABLES:
+        return f"config unknown for flashinfer {version} (tables not verified)"
     table = tactic_table(major, minor)
-    if version != TABLE_VERSION or table is None or len(table) != count:
-        return [None] * count
-    return list(table)
+    if table is None:
+        return f"config unknown on SM{major}{minor} (flashinfer {version}: table not verified)"
+    if count != len(table):
+        return (f"config unknown: flashinfer {version} lists {count} tactics on SM{major}{minor}, "
+                f"the verified table {len(table)}")
+    return None
 
 
-def default_config(major: int, minor: int, version: str) -> str | None:
-    """The config tactic -1 runs (``LIBRARY_DEFAULT``), where the table is verified."""
+def tactic_configs(count: int, major: int, minor: int, version: str) -> list[str]:
+    """The config each tactic index selects, from the verified tile tables; for every index the
+    reason the config is unknown when the version, the architecture's table or the count differ."""
+    why = _unknown(version, major, minor, count)
     table = tactic_table(major, minor)
-    if version != TABLE_VERSION or table is None:
-        return None
+    return [why] * count if why is not None or table is None else list(table)
+
+
+def default_config(major: int, minor: int, version: str) -> str:
+    """The config tactic -1 runs (``LIBRARY_DEFAULT``), or why it is unknown."""
+    table = tactic_table(major, minor)
+    why = _unknown(version, major, minor, len(table) if table is not None else 0)
+    if why is not None or table is None:
+        return str(why)
     return table[0] if major in (10, 11) else SM120_TACTICS[SM120_DEFAULT_INDEX]
 
 
@@ -219,7 +241,8 @@ class FlashInferDense(Backend):
         ids = [int(t) for t in runner.get_valid_tactics([], None)]
         configs = tactic_configs(len(ids), info.major, info.minor, lib.version)
         if ids != list(range(len(ids))):  # configs index the table; anything else has none
-            configs = [None] * len(ids)
+            configs = [f"config unknown: flashinfer {lib.version} lists tactics {ids[:4]}..., not 0..{len(ids) - 1}"
+                       ] * len(ids)
         default = Tactic(LIBRARY_DEFAULT, "default", default_config(info.major, info.minor, lib.version), default=True)
         return [default] + [Tactic(value=t, label=f"t{t:02d}", config=c) for t, c in zip(ids, configs)]
 

@@ -42,6 +42,7 @@ SM90: the kernel body is ``#if __CUDA_ARCH__ >= 1000``): operands are quantized 
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -49,6 +50,7 @@ from typing import Any, ClassVar
 import torch
 
 from fp4bench import formats
+from fp4bench.backends import _numerics_env as numerics_env
 from fp4bench.backends import _gating
 from fp4bench.backends._errors import tactic_failure
 from fp4bench.backends.alignment import FLASHINFER_MXFP4_PAD
@@ -99,6 +101,12 @@ class FlashInferMoEApi:
         from flashinfer.fused_moe import cutlass_fused_moe
 
         return cutlass_fused_moe(**kwargs)
+
+    def accepts(self, keyword: str) -> bool:
+        """Whether the installed ``cutlass_fused_moe`` takes ``keyword`` (its signature, not its version)."""
+        from flashinfer.fused_moe import cutlass_fused_moe
+
+        return keyword in inspect.signature(cutlass_fused_moe).parameters
 
     def workspace_size(self, **kwargs: Any) -> int:
         from flashinfer.fused_moe import cutlass_fused_moe_workspace_size
@@ -435,7 +443,20 @@ class FlashInferCutlassMoENVFP4(_FlashInferCutlassMoE):
                 (1.0 / (gs_2 * gs_w2)).contiguous(),
             ],
             "_fc2_act_global_scale": gs_2,
+            **self._pinned_recipe(),
         }
+
+    def _pinned_recipe(self) -> dict[str, Any]:
+        """``nvfp4_4over6=None`` where the installed library takes it (0.7.4: flashinfer/fused_moe/
+        core.py:1580, "None: 4over6 off, environment ignored"), so the kernel re-quantizes the
+        intermediate with the recipe the reference models whatever ``FLASHINFER_NVFP4_4OVER6*`` says;
+        0.7.2.post1 has no such keyword (TypeError) and reads the environment."""
+        return {"nvfp4_4over6": None} if self.lib.accepts("nvfp4_4over6") else {}
+
+    def failure_hint(self, prepared: Prepared) -> str:
+        """The set FlashInfer variables that change this kernel's NVFP4 re-quantization."""
+        pinned = "nvfp4_4over6" in prepared.args["call"]
+        return numerics_env.hint(numerics_env.unpinned(pinned_4over6=pinned))
 
 
 BACKENDS = [FlashInferCutlassMoEW4A16(), FlashInferCutlassMoENVFP4()]

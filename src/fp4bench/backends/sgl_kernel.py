@@ -71,8 +71,10 @@ class SglKernelAPI:
     """
 
     version: str
-    scaled_fp4_mm: Callable[..., None]
-    fp4_group_mm: Callable[..., None]
+    scaled_fp4_mm: Callable[..., None] | None  # None: the installed package has no such op
+    fp4_group_mm: Callable[..., None] | None
+    #: "sgl-kernel 0.3.21": the distribution that provides ``sgl_kernel`` (for skip reasons)
+    dist: str = "sgl_kernel"
 
 
 def _import_reason(version: str | None, error: str) -> str:
@@ -82,6 +84,24 @@ def _import_reason(version: str | None, error: str) -> str:
     return f"sgl_kernel {version or '?'} does not import under torch {torch.__version__}: {error}{tail}"
 
 
+def _installed_dist() -> str:
+    """The distribution that provides ``sgl_kernel``, with its version ("sglang-kernel 0.4.10")."""
+    for name in DISTS:
+        version = _gating.dist_version(name)
+        if version is not None:
+            return f"{name} {version}"
+    return "sgl_kernel (no distribution metadata)"
+
+
+def _op(ops: object, name: str) -> Callable[..., None] | None:
+    """``torch.ops.sgl_kernel.<name>.default``, or None when the package registers no such op
+    (sglang-kernel 0.4.x, sgl-kernel's successor, has neither FP4 GEMM op)."""
+    try:
+        return getattr(ops, name).default
+    except AttributeError:
+        return None
+
+
 def load_sgl_kernel() -> SglKernelAPI:
     """Import sgl_kernel in-process (only after ``_gating.probe_import`` said it is safe)."""
     mod = importlib.import_module("sgl_kernel")
@@ -89,14 +109,18 @@ def load_sgl_kernel() -> SglKernelAPI:
     version = getattr(mod, "__version__", None) or _gating.dist_version(*DISTS) or "?"
     return SglKernelAPI(
         version=str(version),
-        scaled_fp4_mm=ops.cutlass_scaled_fp4_mm.default,
-        fp4_group_mm=ops.cutlass_fp4_group_mm.default,
+        scaled_fp4_mm=_op(ops, "cutlass_scaled_fp4_mm"),
+        fp4_group_mm=_op(ops, "cutlass_fp4_group_mm"),
+        dist=_installed_dist(),
     )
 
 
 class _SglKernelBase(Backend):
     act_format = "nvfp4"
     weight_format = "nvfp4"
+    #: the ``SglKernelAPI`` field this backend calls, and the registered op behind it
+    op: str
+    op_name: str
 
     def __init__(self, api: SglKernelAPI | None = None) -> None:
         self._lib: SglKernelAPI | None = api  # ``Backend.api`` is the description string
@@ -125,7 +149,11 @@ class _SglKernelBase(Backend):
             except Exception as exc:  # the child imported it; report rather than crash if we cannot
                 return Availability.no(_import_reason(version, f"{type(exc).__name__}: {exc}".splitlines()[0]),
                                        version)
-        return Availability.yes(self._library().version)
+        lib = self._library()
+        if getattr(lib, self.op) is None:
+            return Availability.no(f"{lib.dist} has no {self.op_name} (it imports; this backend calls "
+                                   f"torch.ops.sgl_kernel.{self.op_name})", lib.version)
+        return Availability.yes(lib.version)
 
     @staticmethod
     def _sm(device: torch.device) -> int | None:
@@ -143,6 +171,7 @@ class SglKernelDense(_SglKernelBase):
 
     name = "sgl-kernel"
     kinds = frozenset({"dense"})
+    op, op_name = "scaled_fp4_mm", "cutlass_scaled_fp4_mm"
     alignment = CUTLASS_FP4_SM100  # "Expected k/n to be divisible by 32" (nvfp4_scaled_mm_kernels.cu)
     api = "sgl_kernel cutlass_scaled_fp4_mm (registered op, output preallocated)"
 
@@ -177,6 +206,7 @@ class SglKernelGroup(_SglKernelBase):
     """``sgl-kernel-group``: ``cutlass_fp4_group_mm``, per-expert NVFP4 GEMMs -> bf16."""
 
     name = "sgl-kernel-group"
+    op, op_name = "fp4_group_mm", "cutlass_fp4_group_mm"
     kinds = frozenset({"grouped"})
     api = "sgl_kernel cutlass_fp4_group_mm (registered op, output preallocated)"
 

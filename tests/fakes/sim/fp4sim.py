@@ -48,12 +48,17 @@ def _kernel_names(fn, **_: object) -> list[str]:
     return sorted(set(world.launched()[before:]))
 
 
-def pytest_configure(config) -> None:
-    mp = pytest_monkeypatch = __import__("pytest").MonkeyPatch()
-    config.add_cleanup(pytest_monkeypatch.undo)
+def install(mp) -> None:
+    """Apply the simulation (``mp``: a ``pytest.MonkeyPatch``)."""
     mp.setattr(_gating, "device_info", lambda device: world.GPU)
     mp.setattr(torch.version, "cuda", "12.9")
     mp.setattr(kernel_ids, "kernel_names", _kernel_names)
     catalog._registry()[TINY.name] = TINY
     _aten.impl("_scaled_mm.out", _scaled_mm_out, "CPU")
     _aten.impl("_scaled_mm_v2.out", _scaled_mm_v2_out, "CPU")
+
+
+def pytest_configure(config) -> None:
+    mp = __import__("pytest").MonkeyPatch()
+    config.add_cleanup(mp.undo)
+    install(mp)

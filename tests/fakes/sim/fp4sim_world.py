@@ -5,6 +5,10 @@
 ``FP4SIM_LIBRARY``  "" (FlashInfer 0.7.2.post1 as released), "reordered" (two configs swapped),
                     "dropped" (one config removed): a simulated FlashInfer upgrade
 ``FP4SIM_TORCH``    the torch the sgl_kernel wheel sees ("2.9.1": the sglang runner stack)
+``FP4SIM_CALL_S``   simulated device time of a dense launch (see ``CALL_S``)
+``FP4SIM_FLASHINFER`` the simulated FlashInfer release, "0.7.2.post1" (default) or "0.7.4"
+                    (``fakes.flashinfer_releases``); put ``dists/<release>`` on the path too, so
+                    its distribution metadata (the fingerprint's version) is that release's
 
 One instance of each fake library per process; the fake packages and the ``fp4sim`` pytest
 plugin both read them from here.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from fakes import flashinfer_releases as releases
 from fakes.arch import GPUS
 from fakes.decode import Misread
 from fakes.flashinfer import SM100_CONFIGS, SM120_CONFIGS, FakeFlashInfer
@@ -27,6 +32,7 @@ FAULTS = ("zero_band", "unswizzled_scales", "gate_up_swapped", "wrong_alpha", "c
 GPU = GPUS[os.environ.get("FP4SIM_GPU", "B200")]
 FAULT = os.environ.get("FP4SIM_FAULT", "")
 LIBRARY = os.environ.get("FP4SIM_LIBRARY", "")
+FLASHINFER = releases.release(os.environ.get("FP4SIM_FLASHINFER") or releases.DEFAULT).version
 if FAULT and FAULT not in FAULTS:
     raise ValueError(f"FP4SIM_FAULT={FAULT!r}: not one of {FAULTS}")
 
@@ -37,6 +43,12 @@ FAILING_TACTIC = 1
 N_CONFIGS = 4
 REORDERED = (1, 2)   # FP4SIM_LIBRARY=reordered swaps these two indices
 DROPPED = 2          # FP4SIM_LIBRARY=dropped removes this index
+#: ``FP4SIM_CALL_S``: simulated device time of one dense launch in seconds (default 0: none, the
+#: fake's CPU time). A timing comparison sets it well above the fake's CPU time; a stream-K
+#: workspace memset, under a release that re-initializes per call, adds a fifth of it
+#: ([estimate] ~2 us on a ~10 us decode-size FP4 GEMM on SM120).
+CALL_S = float(os.environ.get("FP4SIM_CALL_S") or 0)
+STREAMK_MEMSET_S = CALL_S / 5
 
 
 def _configs(full: tuple[str, ...]) -> list[str]:
@@ -55,8 +67,10 @@ DENSE = FakeFlashInfer(
     failing={FAILING_TACTIC: "can_implement"} if FAULT == "can_implement" else {},
     misread=_MIS, config_lists={"sm100": _configs(SM100_CONFIGS), "sm120": _configs(SM120_CONFIGS)},
     reject="mat2Scale must be SF_DTYPE (uint8)" if FAULT == "arg_check" else None,
-    zero_band=ZERO_BAND if FAULT == "zero_band" else None)
+    zero_band=ZERO_BAND if FAULT == "zero_band" else None,
+    version=FLASHINFER, call_s=CALL_S, streamk_memset_s=STREAMK_MEMSET_S)
 MOE = FakeFusedMoE(
+    version=FLASHINFER,
     failing={FAILING_TACTIC: "can_implement"} if FAULT == "can_implement" else {},
     fault={"gate_up_swapped": "gate_first", "unswizzled_scales": "scales_linear", "wrong_alpha": "ignore_global",
            "arg_check": "arg_check"}.get(FAULT))

@@ -1,4 +1,5 @@
-"""Fake ``flashinfer.fused_moe``: ``cutlass_fused_moe`` and its workspace query (Blackwell NVFP4)."""
+"""Fake ``flashinfer.fused_moe``: ``cutlass_fused_moe`` and its workspace query (Blackwell NVFP4),
+each with the signature of the simulated release (``fakes.flashinfer_releases``)."""
 
 from fp4sim_world import MOE
 
@@ -9,3 +10,7 @@ def cutlass_fused_moe(**kwargs):
 
 def cutlass_fused_moe_workspace_size(**kwargs) -> int:
     return MOE.workspace_size(**kwargs)
+
+
+cutlass_fused_moe.__signature__ = MOE.release.cutlass_fused_moe
+cutlass_fused_moe_workspace_size.__signature__ = MOE.release.workspace_size

@@ -1,0 +1,97 @@
+"""What distinguishes the FlashInfer releases the fakes simulate (0.7.2.post1 and 0.7.4).
+
+Recorded from the released wheels (``flashinfer_python-<v>-py3-none-any.whl``), so that a fake
+accepts exactly the keywords the real function accepts (``inspect.Signature.bind`` raises the
+same ``TypeError`` Python raises for an unexpected keyword) and an adapter that passes a keyword
+one release lacks fails in CPU tests as it would on the GPU:
+
+* ``flashinfer.fused_moe.cutlass_fused_moe``: flashinfer/fused_moe/core.py:1277 (0.7.2.post1),
+  :1540 (0.7.4); 0.7.4 adds the keyword-only ``nvfp4_4over6`` (default: read the
+  ``FLASHINFER_NVFP4_4OVER6*`` environment; ``None``: 4over6 off).
+* ``cutlass_fused_moe_workspace_size``: core.py:1655 / :1967, the same parameters.
+* ``MoERunner.__init__``: core.py:678 / :936, the same parameters, all required.
+* ``get_cutlass_fused_moe_module(backend, use_fast_build=False)``: core.py:629 / :887.
+* ``CutlassFp4GemmRunner.forward(inputs, tactic=-1, do_preparation=False, **kwargs)``:
+  gemm/gemm_base.py:2833 / :3230 (the real one takes ``**kwargs``).
+
+Unchanged between the two (byte-identical files): the dense config tables and the SM120 default
+(include/flashinfer/gemm/fp4_gemm_cutlass_template*.h, csrc/fp4_gemm_cutlass*.cu), the runners'
+error texts (fp4_gemm_template_sm120.h:166-192, moe_gemm_tma_ws_launcher.inl).
+
+Changed by design: the dense CUTLASS launchers call ``gemm.run(stream, ...)`` after
+``gemm.initialize(args, workspace, stream)`` in 0.7.4 where 0.7.2.post1 called
+``gemm.run(args, workspace, stream, ...)`` (fp4_gemm_template_sm120.h:188, sm100.h:299,
+sm103.h:281), which initializes a second time. For CUTLASS's stream-K scheduler, initializing
+clears its workspace (one memset per call); the data-parallel and SM100 persistent schedulers
+have no workspace to clear, so only SM120 stream-K tactics get faster. ``streamk_reinit`` marks
+the release whose stream-K launches pay that memset.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+_MOE_REQUIRED = ("input", "token_selected_experts", "token_final_scales", "fc1_expert_weights",
+                 "fc2_expert_weights", "output_dtype", "quant_scales")
+_MOE_OPTIONAL = ("fc1_expert_biases", "fc2_expert_biases", "input_sf", "swiglu_alpha", "swiglu_beta",
+                 "swiglu_limit", "tp_size", "tp_rank", "ep_size", "ep_rank", "cluster_size", "cluster_rank",
+                 "output", "enable_alltoall", "use_deepseek_fp8_block_scale", "use_w4_group_scaling",
+                 "use_mxfp8_act_scaling", "min_latency_mode", "use_packed_weights", "use_wfp4afp8_humming",
+                 "tune_max_num_tokens", "enable_pdl", "activation_type", "swizzled_input_sf",
+                 "use_fused_finalize", "profile_ids", "workspace_buffer")
+_MOE_KWONLY = ("clamped_relu2_limit", "situ_beta", "situ_linear_beta", "backend")
+_WS_REQUIRED = ("max_num_tokens", "hidden_size", "intermediate_size", "num_experts_total", "top_k")
+_WS_KWONLY = ("x_dtype", "weight_dtype", "output_dtype", "activation_type", "tp_size", "tp_rank", "ep_size",
+              "ep_rank", "min_latency_mode", "use_deepseek_fp8_block_scale", "use_w4_group_scaling",
+              "use_mxfp8_act_scaling", "use_fused_finalize", "use_packed_weights", "use_wfp4afp8_humming",
+              "device", "backend")
+_RUNNER_REQUIRED = ("x_dtype", "weight_dtype", "output_dtype", "top_k", "tp_size", "tp_rank", "ep_size", "ep_rank",
+                    "cluster_size", "cluster_rank", "enable_alltoall", "use_deepseek_fp8_block_scale",
+                    "use_w4_group_scaling", "use_mxfp8_act_scaling", "min_latency_mode", "enable_pdl",
+                    "activation_type", "use_packed_weights", "use_fused_finalize", "use_wfp4afp8_humming")
+
+_P = inspect.Parameter
+
+
+def signature(required: tuple[str, ...], optional: tuple[str, ...] = (), kwonly: tuple[str, ...] = ()
+              ) -> inspect.Signature:
+    """A signature with these parameter names (defaults are placeholders: only names and kinds matter)."""
+    return inspect.Signature(
+        [_P(n, _P.POSITIONAL_OR_KEYWORD) for n in required]
+        + [_P(n, _P.POSITIONAL_OR_KEYWORD, default=None) for n in optional]
+        + [_P(n, _P.KEYWORD_ONLY, default=None) for n in kwonly])
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    cutlass_fused_moe: inspect.Signature
+    workspace_size: inspect.Signature
+    moe_runner: inspect.Signature
+    #: stream-K launches re-initialize (one workspace memset per call): see the module docstring
+    streamk_reinit: bool
+
+
+RELEASES = {
+    "0.7.2.post1": Release("0.7.2.post1", signature(_MOE_REQUIRED, _MOE_OPTIONAL, _MOE_KWONLY),
+                           signature(_WS_REQUIRED, (), _WS_KWONLY), signature(_RUNNER_REQUIRED), streamk_reinit=True),
+    "0.7.4": Release("0.7.4", signature(_MOE_REQUIRED, _MOE_OPTIONAL, _MOE_KWONLY + ("nvfp4_4over6",)),
+                     signature(_WS_REQUIRED, (), _WS_KWONLY), signature(_RUNNER_REQUIRED), streamk_reinit=False),
+}
+DEFAULT = "0.7.2.post1"
+
+
+def release(version: str) -> Release:
+    try:
+        return RELEASES[version]
+    except KeyError:
+        raise ValueError(f"no simulated FlashInfer {version!r}: one of {sorted(RELEASES)}") from None
+
+
+def bind(sig: inspect.Signature, name: str, kwargs: dict) -> None:
+    """Raise the TypeError Python raises when ``name(**kwargs)`` does not fit ``sig``."""
+    try:
+        sig.bind(**kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{name}() {exc}") from None
