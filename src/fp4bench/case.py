@@ -198,9 +198,16 @@ class CaseRunner:
         return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
 
     def _check(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic) -> CheckResult:
-        """A quantizer's bytes bit-exact against ours; a GEMM's output against the reference."""
+        """A quantizer's bytes bit-exact against ours; a GEMM's output against the reference (after
+        the bytes of an end-to-end row's own quantizer)."""
+        layout = getattr(backend, "scale_layout", "128x4")
         if isinstance(ops.problem, QuantProblem):
-            return check_quant(lambda: backend.run(prep, tactic), ops.qa, getattr(backend, "scale_layout", "128x4"))
+            return check_quant(lambda: backend.run(prep, tactic), ops.qa, layout)
+        own = getattr(backend, "quantized_activations", None)  # an end-to-end row quantizes itself
+        if own is not None:
+            quantized = check_quant(lambda: own(prep), ops.qa, layout)
+            if not quantized.ok:
+                return quantized
         ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
         return check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
 

@@ -64,10 +64,11 @@ MOE = FakeFusedMoE(
            "arg_check": "arg_check"}.get(FAULT))
 SGL = FakeSglKernel(sm=120 if GPU.major == 12 else 100, misread=_MIS)
 TORCH = FakeTorchScaledMM(misread=_MIS)
-#: FlashInfer's and sgl_kernel's activation quantizers; ``quant_zero_scales`` is FlashInfer #3398
+#: FlashInfer's activation quantizers (``quant_zero_scales``: FlashInfer #3398) and sgl_kernel's
 QUANT = FakeQuantizer(zero_scales=ISSUE_3398_M if FAULT == "quant_zero_scales" else frozenset())
+SGL_QUANT = FakeQuantizer()
 
 
 def launched() -> list[str]:
     """Kernel names launched so far by every fake (the simulated profiler's view)."""
-    return DENSE.kernels + MOE.kernels + QUANT.kernels
+    return DENSE.kernels + MOE.kernels + QUANT.kernels + SGL_QUANT.kernels
