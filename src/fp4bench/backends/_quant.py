@@ -37,7 +37,7 @@ class QuantizerBackend(Backend):
     """Base of the activation quantizers: kind ``quant``; expected bytes are the NVFP4
     ``Operands.qa``. ``scale_layout`` is the layout the GEMM fed by this quantizer takes."""
 
-    kinds = frozenset({"quant"})
+    kinds = frozenset({"quant"})  # one row each: the default tactic of ``Backend.tactics``
     act_format = "nvfp4"
     weight_format = "nvfp4"
     #: "128x4" (swizzled, what every FP4 GEMM backend here takes) or "linear"

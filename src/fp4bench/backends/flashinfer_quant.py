@@ -81,9 +81,6 @@ class _FlashInferQuant(QuantizerBackend):
                                        _gating.dist_version(DIST))
         return Availability.yes(self._library().version)
 
-    def tactics(self, problem, device: torch.device) -> list[Tactic]:
-        return [Tactic(value=None, label="default", default=True)]
-
     def run(self, prepared: Prepared, tactic: Tactic) -> QuantOutput:
         x, gs = prepared.args["x"], prepared.args["gs"]
         data, sf = self.quantize(self._library(), x, gs)

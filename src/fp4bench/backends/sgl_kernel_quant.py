@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 
 from fp4bench.backends import _gating
 from fp4bench.backends._quant import QuantizerBackend, QuantOutput
@@ -48,9 +47,6 @@ class SglKernelFp4Quant(QuantizerBackend, _SglKernelBase):
         if self._lib is None:
             self._lib = load_sgl_quant()  # type: ignore[assignment]
         return self._lib  # type: ignore[return-value]
-
-    def tactics(self, problem, device: torch.device) -> list[Tactic]:
-        return [Tactic(value=None, label="default", default=True)]
 
     def run(self, prepared: Prepared, tactic: Tactic) -> QuantOutput:
         x, gs = prepared.args["x"], prepared.args["gs"]
