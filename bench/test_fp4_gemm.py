@@ -20,3 +20,8 @@ def test_grouped(fp4_case, fp4_bench):
 @pytest.mark.fp4(kind="moe")
 def test_moe(fp4_case, fp4_bench):
     fp4_bench(fp4_case)
+
+
+@pytest.mark.fp4(kind="quant")
+def test_quant(fp4_case, fp4_bench):
+    fp4_bench(fp4_case)

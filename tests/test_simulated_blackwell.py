@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
              "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4")
+QUANTIZERS = ("flashinfer-fp4-quantize", "flashinfer-nvfp4-quantize", "sgl-kernel-fp4-quant")
+E2E = ("e2e-flashinfer-cutlass", "e2e-sgl-kernel")
 QUICK = ["--fp4-models", "sim-tiny", "--fp4-time-budget", "0.02", "--fp4-min-samples", "5"]
 
 
@@ -40,8 +42,10 @@ def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", librar
     # without the xdist worker's variables (module-scoped fixtures run this before the autouse
     # fixture of conftest.py hides them): the child's pytest-benchmark would disable itself
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    env.update(PYTHONPATH=sim_path(flashinfer), FP4SIM_GPU=gpu, FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library,
-               FP4SIM_TORCH=torch_seen, FP4SIM_FLASHINFER=flashinfer, **(extra_env or {}))
+    # this checkout's src first: the venv's editable install may point at another checkout
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), sim_path(flashinfer)]), FP4SIM_GPU=gpu,
+               FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen, FP4SIM_FLASHINFER=flashinfer,
+               **(extra_env or {}))
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
            "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -83,11 +87,12 @@ def of(res: subprocess.CompletedProcess, backend: str) -> dict[str, tuple[str, s
 @pytest.mark.parametrize("flashinfer", FLASHINFER)
 @pytest.mark.parametrize("gpu", ["B200", "RTX PRO 6000"])
 def test_every_blackwell_backend_passes_with_correct_libraries(tmp_path, gpu, flashinfer):
-    res = bench(tmp_path, "--fp4-batches", "1", "--benchmark-disable", gpu=gpu, flashinfer=flashinfer)
+    res = bench(tmp_path, "--fp4-batches", "1", "--fp4-kinds", "dense,grouped,moe,quant", "--benchmark-disable",
+                gpu=gpu, flashinfer=flashinfer)
     assert res.returncode == 0, res.stdout[-3000:]
     got = outcomes(res)
     mxfp4_runs = gpu == "B200"  # torch gates MXFP4 to major 10
-    for b in BLACKWELL:
+    for b in BLACKWELL + QUANTIZERS + E2E:
         rows = of(res, b)
         if b == "cublaslt-v2-mxfp4" and not mxfp4_runs:
             assert not rows
@@ -117,6 +122,23 @@ def test_each_fault_ends_in_its_own_named_outcome(tmp_path, fault):
     assert all(s == status for s, _ in rows.values()), rows
     out = res.stdout
     assert text in out and "unsupported" not in out.lower().split("short test summary")[-1], out[-3000:]
+    assert res.returncode == 1
+
+
+def test_the_3398_quantizer_fault_fails_by_name_while_the_gemm_fed_our_bytes_passes(tmp_path):
+    """FlashInfer #3398: all-zero block scales from the quantizer at M = 512 (and 384, 1024);
+    the quantizer rows and the end-to-end row fail as "all-zero scales" there, the same GEMM on
+    our bytes passes, sgl_kernel's quantizer and every M = 1 row pass."""
+    res = bench(tmp_path, "--fp4-batches", "1,512", "--fp4-kinds", "dense,quant", "--fp4-backends",
+                "flashinfer-fp4-quantize,flashinfer-nvfp4-quantize,sgl-kernel-fp4-quant,e2e-flashinfer-cutlass,"
+                "flashinfer-cutlass", "--benchmark-disable", gpu="RTX PRO 6000", fault="quant_zero_scales")
+    got = outcomes(res)
+    failed = {k for k, (s, _) in got.items() if s == "FAILED"}
+    expected = {k for k in got if "-b512-" in k and not k.startswith(("sgl-kernel", "flashinfer-cutlass-"))}
+    assert failed == expected and len(expected) == 2 * 3 + 2, (sorted(failed), res.stdout[-3000:])
+    assert all(got[k][0] == "PASSED" for k in got if k not in failed and not k.startswith("skip")), got
+    named = [line for line in res.stdout.splitlines() if ": all-zero scales: " in line and "rows 0-511" in line]
+    assert len(named) == len(expected), res.stdout[-3000:]
     assert res.returncode == 1
 
 

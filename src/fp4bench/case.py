@@ -27,8 +27,9 @@ from fp4bench.measure import peaks as peak_table
 from fp4bench.measure.telemetry import TelemetrySampler
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
 from fp4bench.measure.verify import CheckResult, check_case, gemm_error_bound
+from fp4bench.measure.verify_quant import check_quant
 from fp4bench.operands import Operands, make_operands
-from fp4bench.problems import GemmProblem, MoEProblem, Problem
+from fp4bench.problems import GemmProblem, MoEProblem, Problem, QuantProblem
 from fp4bench.reference import (decoded_activations, decoded_weights, expert_products, reference_gemm,
                                 unquantized_gemm)
 
@@ -177,10 +178,9 @@ class CaseRunner:
             return CaseResult(SKIPPED, f"{backend.name}: {why}")
         ops = self.operands(problem, backend.act_format, backend.weight_format)
         prep = self.prepared(backend, problem, ops)
-        ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
         info = self._describe(backend, avail.version, problem, tactic)
         try:
-            check = check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
+            check = self._check(backend, ops, prep, tactic)
         except TacticUnsupported as exc:
             info["availability"] = f"unsupported: {exc}"
             return CaseResult(UNSUPPORTED, str(exc), extra_info=info)
@@ -207,6 +207,20 @@ class CaseRunner:
         info.update(timing.to_extra_info())
         info.update(self._rates(problem, backend, timing.median_s))
         return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
+
+    def _check(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic) -> CheckResult:
+        """A quantizer's bytes bit-exact against ours; a GEMM's output against the reference (after
+        the bytes of an end-to-end row's own quantizer)."""
+        layout = getattr(backend, "scale_layout", "128x4")
+        if isinstance(ops.problem, QuantProblem):
+            return check_quant(lambda: backend.run(prep, tactic), ops.qa, layout)
+        own = getattr(backend, "quantized_activations", None)  # an end-to-end row quantizes itself
+        if own is not None:
+            quantized = check_quant(lambda: own(prep), ops.qa, layout)
+            if not quantized.ok:
+                return quantized
+        ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
+        return check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
 
     def timed_calls(self, backend: Backend, problem: Problem, tactic: Tactic) -> list:
         """The callables ``run`` times (rotating copies for a cold L2), for a caller that times

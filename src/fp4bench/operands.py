@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fp4bench import formats
-from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem, Problem
+from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem, Problem, QuantProblem
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -112,6 +112,7 @@ class Operands:
     grouped: a [sum m_e, K] (rows sorted by expert), w [E, N, K], offsets [E+1] int64
     moe:     a [T, H], w [E, 2I, H] (gate rows first, then up), w2 [E, H, I],
              topk_ids [T, k] int32, topk_weights [T, k] float32
+    quant:   a [M, K], w empty [0, K]; ``qa`` is the expected NVFP4 result of quantizing ``a``
     ``qa``/``qw``/``qw2`` are None where the format is not quantized.
     """
 
@@ -170,4 +171,8 @@ def make_operands(
                         qa=quantize(a, act_format), qw=quantize(w, weight_format, per_leading_dim=True),
                         w2=w2, qw2=quantize(w2, weight_format, per_leading_dim=True),
                         topk_ids=topk_ids, topk_weights=topk_weights, seed=seed)
+    if isinstance(problem, QuantProblem):
+        a = _randn((problem.m, problem.k), gen, device, 1.0)
+        return Operands(problem, act_format, weight_format, a, a.new_empty((0, problem.k)),
+                        qa=quantize(a, act_format), seed=seed)
     raise TypeError(f"unknown problem type {type(problem).__name__}")

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from fp4bench.models import MoEModel, get_model, list_models
 from fp4bench.workloads import Routing, parse_routing
 
-KINDS = ("dense", "grouped", "moe")
+KINDS = ("dense", "grouped", "moe", "quant")  # quant: opt-in activation-quantizer rows
 
 # --------------------------------------------------------------------------------------------
 # values
@@ -204,7 +204,7 @@ SWEEP = (
     Option("batches", "decode batch sizes (default 1,64,512 on a GPU, 1,16 on a CPU)"),
     Option("tp", "tensor-parallel sizes (default 1)"),
     Option("routing", "routings: uniform, zipf:<s> (comma-separated; default uniform)"),
-    Option("kinds", "problem kinds to run (default dense,grouped,moe)"),
+    Option("kinds", "problem kinds to run (default dense,grouped,moe; add quant for the activation quantizers)"),
     Option("backends", "comma-separated backend names (default: all)"),
     Option("full", "every tactic and the dense M sweep 1..16384", action="store_true"),
     Option("tactics", "default: one tactic per backend (quick); all: every tile config / tactic",

@@ -276,4 +276,70 @@ class MoEProblem:
         return weights + acts + self.num_tokens * self.hidden * OUTPUT_BYTES
 
 
-Problem = GemmProblem | GroupedProblem | MoEProblem
+@dataclass(frozen=True)
+class QuantProblem:
+    """Quantizing one activation ``[m, k]`` (bf16) to NVFP4: what an engine does before each FP4
+    GEMM of a decode step (``m`` tokens, ``k`` the GEMM's K). No weights, no product: the result
+    is bytes (payload, block scales in the GEMM's layout, global scale), checked bit-exact."""
+
+    m: int
+    k: int
+    origin: Origin = field(default_factory=Origin)
+
+    kind = "quant"
+
+    def __post_init__(self) -> None:
+        for name in ("m", "k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"QuantProblem.{name} must be a positive int, got {v!r}")
+
+    @property
+    def id(self) -> str:
+        return f"{self.origin.tag()}-quant-m{self.m}k{self.k}"
+
+    @property
+    def size(self) -> str:
+        return f"M{self.m} K{self.k} (quantize)"
+
+    @property
+    def operand_elements(self) -> int:
+        return self.m * self.k
+
+    @property
+    def rows(self) -> int:
+        return self.m
+
+    @property
+    def expert_rows(self) -> None:
+        return None
+
+    def gemm_dims(self) -> list[tuple[str, int, int]]:
+        """No GEMM inside: no N/K alignment rule applies (the quantizers need K % 16 only)."""
+        return []
+
+    def shape_info(self) -> dict[str, Any]:
+        return {"m": self.m, "k": self.k}
+
+    @property
+    def flops(self) -> int:
+        return 0
+
+    def bytes_moved(self, a_fmt: str = "bf16", w_fmt: str | None = None) -> float:
+        """bf16 activations read once, the NVFP4 bytes (payload + block scales) written once."""
+        return self.m * self.k * (BYTES_PER_ELEMENT["bf16"] + BYTES_PER_ELEMENT["nvfp4"])
+
+
+def quant_problems(problems: list) -> list[QuantProblem]:
+    """The activation quantizations a decode step's GEMM problems imply, one per dense GEMM
+    (``[M, K]`` of its role) and one per fused MoE layer (its ``[tokens, hidden]`` input)."""
+    out: list[QuantProblem] = []
+    for p in problems:
+        if isinstance(p, GemmProblem):
+            out.append(QuantProblem(p.m, p.k, p.origin))
+        elif isinstance(p, MoEProblem):
+            out.append(QuantProblem(p.num_tokens, p.hidden, p.origin))
+    return out
+
+
+Problem = GemmProblem | GroupedProblem | MoEProblem | QuantProblem

@@ -13,7 +13,7 @@ import torch
 
 from fp4bench.backends.alignment import Aligned, align_problem
 from fp4bench.backends.base import DEFAULT_TACTIC, Backend, Tactic, availability_of
-from fp4bench.problems import GemmProblem, Origin, Problem
+from fp4bench.problems import GemmProblem, Origin, Problem, quant_problems
 from fp4bench.workloads import decode_problems, get_model
 
 # Dense M sweep of the full run: powers of two 1…16384 plus the 32…1536 band where
@@ -129,12 +129,13 @@ def problems_for(opts: SweepOptions) -> list[Problem]:
         for tp in opts.tps:
             for routing in opts.routings:
                 for batch in opts.batches:
-                    out += [p for p in decode_problems(model, batch, tp, routing, opts.seed) if p.kind in opts.kinds]
-            if opts.full and "dense" in opts.kinds:
+                    drawn = decode_problems(model, batch, tp, routing, opts.seed)
+                    out += [p for p in drawn + quant_problems(drawn) if p.kind in opts.kinds]
+            if opts.full and ("dense" in opts.kinds or "quant" in opts.kinds):
                 m = get_model(model)
                 (gn, gk), _ = m.gate_up_nk(tp), m.down_nk(tp)
-                for mm in FULL_DENSE_M:
-                    out.append(GemmProblem(mm, gn, gk, Origin(m.name, mm, tp, "dense-sweep", "gate_up")))
+                sweep = [GemmProblem(mm, gn, gk, Origin(m.name, mm, tp, "dense-sweep", "gate_up")) for mm in FULL_DENSE_M]
+                out += [p for p in sweep + quant_problems(sweep) if p.kind in opts.kinds]
     seen: dict[str, Problem] = {}
     for p in out:
         seen.setdefault(p.id, p)

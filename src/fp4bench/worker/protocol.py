@@ -26,9 +26,9 @@ from typing import Any
 from fp4bench.case import CaseResult
 from fp4bench.measure.timing import TimingResult
 from fp4bench.measure.verify import CheckResult
-from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem, Origin, Problem
+from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem, Origin, Problem, QuantProblem
 
-_PROBLEM_TYPES = {cls.kind: cls for cls in (GemmProblem, GroupedProblem, MoEProblem)}
+_PROBLEM_TYPES = {cls.kind: cls for cls in (GemmProblem, GroupedProblem, MoEProblem, QuantProblem)}
 
 
 def encode_problem(problem: Problem) -> dict[str, Any]:

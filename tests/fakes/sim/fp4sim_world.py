@@ -23,11 +23,13 @@ from fakes.arch import GPUS
 from fakes.decode import Misread
 from fakes.flashinfer import SM100_CONFIGS, SM120_CONFIGS, FakeFlashInfer
 from fakes.flashinfer_moe import FakeFusedMoE
+from fakes.quantize import ISSUE_3398_M, FakeQuantizer
 from fakes.sgl_kernel import FakeSglKernel
 from fakes.torch_scaled_mm import FakeTorchScaledMM
 from fp4bench.testing.faults import ZERO_BAND
 
-FAULTS = ("zero_band", "unswizzled_scales", "gate_up_swapped", "wrong_alpha", "can_implement", "arg_check")
+FAULTS = ("zero_band", "unswizzled_scales", "gate_up_swapped", "wrong_alpha", "can_implement", "arg_check",
+          "quant_zero_scales")
 
 GPU = GPUS[os.environ.get("FP4SIM_GPU", "B200")]
 FAULT = os.environ.get("FP4SIM_FAULT", "")
@@ -76,8 +78,12 @@ MOE = FakeFusedMoE(
            "arg_check": "arg_check"}.get(FAULT))
 SGL = FakeSglKernel(sm=120 if GPU.major == 12 else 100, misread=_MIS)
 TORCH = FakeTorchScaledMM(misread=_MIS)
+#: FlashInfer's activation quantizers (``quant_zero_scales``: FlashInfer #3398) and sgl_kernel's
+# any K: sim-tiny has no K = 2048 (the K of the upstream report)
+QUANT = FakeQuantizer(zero_scales=ISSUE_3398_M if FAULT == "quant_zero_scales" else frozenset())
+SGL_QUANT = FakeQuantizer()
 
 
 def launched() -> list[str]:
     """Kernel names launched so far by every fake (the simulated profiler's view)."""
-    return DENSE.kernels + MOE.kernels
+    return DENSE.kernels + MOE.kernels + QUANT.kernels + SGL_QUANT.kernels

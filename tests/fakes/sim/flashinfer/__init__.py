@@ -14,3 +14,5 @@ class _MmFp4:
 
 
 mm_fp4 = _MmFp4()
+
+from flashinfer.fp4_quantization import SfLayout, fp4_quantize, nvfp4_quantize  # noqa: E402,F401

@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from fp4sim_world import SGL
+from fp4sim_world import SGL, SGL_QUANT
 
 __version__ = "0.3.21"
 BUILT_FOR = "2.9"
@@ -27,3 +27,5 @@ _lib.define("cutlass_fp4_group_mm(Tensor! output, Tensor a, Tensor b, Tensor a_b
             "Tensor problem_sizes, Tensor expert_offsets, Tensor sf_offsets) -> ()")
 _lib.impl("cutlass_scaled_fp4_mm", SGL.scaled_fp4_mm, "CPU")
 _lib.impl("cutlass_fp4_group_mm", SGL.fp4_group_mm, "CPU")
+
+scaled_fp4_quant = SGL_QUANT.scaled_fp4_quant
