@@ -23,6 +23,8 @@ commands:
   shapes [--model M] [--batch B] [--gpu NAME]      per-role M, N, K, tokens/expert, FLOP/byte, ridge point
   report RESULTS... --out DIR [--baseline BASE]   markdown + PNG plots of saved runs
   prepare [--backends ...]                         build FlashInfer's JIT modules before a run
+  stack freeze --runner NAME [--python VENV] [--check]   pin a runner's venv in stack/NAME.txt (or compare)
+  --version                    fp4bench's version
 """
 
 
@@ -123,7 +125,8 @@ def _workload(argv: Sequence[str]) -> int:
 #: subcommands that live in their own module: name -> (module, entry function)
 _MORE = {"shapes": ("fp4bench.cli_shapes", "shapes_main"), "report": ("fp4bench.cli_report", "report_main"),
          "prepare": ("fp4bench.cli_prepare", "prepare_main"), "ab": ("fp4bench.cli_ab", "ab_main"),
-         "power": ("fp4bench.cli_power", "power_main"), "fidelity": ("fp4bench.cli_fidelity", "fidelity_main")}
+         "power": ("fp4bench.cli_power", "power_main"), "fidelity": ("fp4bench.cli_fidelity", "fidelity_main"),
+         "stack": ("fp4bench.cli_stack", "stack_main")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,6 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from fp4bench import __version__
+
+        print(f"fp4bench {__version__}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "env":
         return _env(rest)

@@ -194,6 +194,17 @@ FLOOR_DRIFT_ALPHA = GATE[:3]
 
 BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
 
+#: the deployed stack of a runner (``fp4bench stack``): the venv it serves with and the file that pins it
+STACK = (
+    Option("python", "the venv (directory) or interpreter whose packages are frozen or checked "
+           "(default: the one running fp4bench)"),
+    Option("runner", "runner name: the stack file is <stack-dir>/<runner>.txt (no default: required unless --file)"),
+    Option("file", "the stack file itself (default: <stack-dir>/<runner>.txt)"),
+    Option("stack-dir", "folder of the committed stack files (default %(default)s)", default="stack"),
+    Option("check", "compare the venv with the stack file instead of writing it (exit 1 when they differ)",
+           action="store_true"),
+)
+
 
 def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
     """``gate.verdict.Policy`` keyword arguments from the ``GATE`` options (percent -> fraction).
