@@ -56,7 +56,8 @@ def torch_variant(version: str) -> str | None:
 def installed(python: str) -> tuple[str, dict[str, str]]:
     """(python version, {canonical name: version}) of the interpreter's environment."""
     try:
-        out = subprocess.run([python, "-c", _LIST], capture_output=True, text=True, check=True, timeout=120).stdout
+        out = subprocess.run([python, "-I", "-c", _LIST], capture_output=True, text=True, check=True,
+                             timeout=120).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise ValueError(f"--python {python}: cannot list its packages ({exc})") from None
     doc = json.loads(out)
