@@ -30,7 +30,7 @@ commands:
 
 def _env(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="fp4bench env")
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--device", default=None, help="torch device (default cuda:0 if present, else cpu)")
     ap.add_argument("--plugin", action="append", default=[], help="backend module to load (like --fp4-plugin)")
     args = ap.parse_args(argv)
     import torch
@@ -65,14 +65,14 @@ def _baseline(argv: Sequence[str]) -> int:
 
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("approve", help="write a candidate run as baselines/<gpu>/approved.json (slim format)")
-    a.add_argument("candidate")
+    a.add_argument("candidate", help="the candidate run (a --fp4-save-baseline JSON file)")
     BASELINES.add(a.add_argument)
     a.add_argument("--force", action="store_true",
                    help="approve even a run with failures/regressions, fewer benchmarks than the approved "
                         "baseline, or another L2 mode/timer (never a run of test-only backends)")
     m = sub.add_parser("migrate", help="rewrite a baseline file in the slim format (nothing is judged)")
-    m.add_argument("file")
-    m.add_argument("--out", default=None, help="write here instead of rewriting FILE in place")
+    m.add_argument("file", help="the baseline file to rewrite")
+    m.add_argument("--out", default=None, help="write here (default: rewrite FILE in place)")
     args = ap.parse_args(argv)
     from fp4bench.gate.baseline import BaselineError
     from fp4bench.gate.store import approve, migrate
@@ -97,9 +97,9 @@ def _baseline(argv: Sequence[str]) -> int:
 
 def _workload(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="fp4bench workload")
-    ap.add_argument("--model", default="glm-5")
-    ap.add_argument("--batch", default="512,1024")
-    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--model", default="glm-5", help="model name or alias (default %(default)s)")
+    ap.add_argument("--batch", default="512,1024", help="decode batch sizes, comma-separated (default %(default)s)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default %(default)d)")
     args = ap.parse_args(argv)
     from fp4bench.options import parse_ints
     from fp4bench.workloads import arithmetic_intensity, expected_active_experts, get_model, mean_tokens_per_expert

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, _print_safely
-from fp4bench.options import FLOOR_DRIFT_ALPHA, SWEEP, add_options, policy_kwargs
+from fp4bench.options import FLOOR_DRIFT_ALPHA, SWEEP, add_options, plain, policy_kwargs
 
 PROG = "fp4bench ab"
 
@@ -26,12 +26,14 @@ def _env_pair(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1],
+    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
                                  epilog="exit status: 0 no regression, 1 regression, 2 usage error")
     ap.add_argument("--a", required=True, help="current stack: python interpreter or venv directory")
     ap.add_argument("--b", required=True, help="candidate stack: python interpreter or venv directory")
-    ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
-    ap.add_argument("--b-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
+    ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
+                    help="environment variable only side A gets (repeatable)")
+    ap.add_argument("--b-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
+                    help="environment variable only side B gets (repeatable)")
     ap.add_argument("--a-plugin", action="append", default=[], metavar="MODULE",
                     help="backend module only side A loads (repeatable; --plugin loads one on both sides)")
     ap.add_argument("--b-plugin", action="append", default=[], metavar="MODULE",
@@ -40,12 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(ap.add_argument, SWEEP)
     ap.add_argument("--rounds", type=int, default=8, help="timing rounds per side and benchmark (default 8)")
     ap.add_argument("--round-samples", type=int, default=10, help="samples per round (default 10)")
-    ap.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a request is a hang")
+    ap.add_argument("--case-timeout", type=float, default=900.0, help="seconds before a request is a hang (default %(default)g)")
     ap.add_argument("--timer", choices=("span", "cupti"), default="span",
                     help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
                          "cupti: kernel busy time, every round profiled (slower)")
     add_options(ap.add_argument, FLOOR_DRIFT_ALPHA)
-    ap.add_argument("--json", default=None, help="write the verdicts as JSON here")
+    ap.add_argument("--json", default=None, help="write the verdicts as JSON here (default: not written)")
     return ap
 
 

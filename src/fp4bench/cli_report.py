@@ -15,8 +15,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "files (pytest-benchmark JSON with the fp4bench section).")
     ap.add_argument("results", nargs="+", help="result files of one GPU model (later files win on a clash)")
     ap.add_argument("--out", required=True, help="output folder (created)")
-    ap.add_argument("--baseline", default=None, help="baseline file: adds the verdict and the Δ%% plot")
-    ap.add_argument("--title", default=None)
+    ap.add_argument("--baseline", default=None, help="baseline file: adds the verdict and the Δ%% plot (default: none)")
+    ap.add_argument("--title", default=None, help="report title (default: fp4bench report)")
     return ap
 
 

@@ -8,15 +8,17 @@ import argparse
 import sys
 from typing import Sequence
 
+from fp4bench.options import plain
+
 PROG = "fp4bench shapes"
 
 
 def shapes_main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__)
-    ap.add_argument("--model", default="glm-5")
-    ap.add_argument("--batch", default="512", help="decode batch sizes, comma-separated")
-    ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--routing", default="uniform", help="uniform or zipf:<s>")
+    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__))
+    ap.add_argument("--model", default="glm-5", help="model name or alias (default %(default)s)")
+    ap.add_argument("--batch", default="512", help="decode batch sizes, comma-separated (default %(default)s)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default %(default)d)")
+    ap.add_argument("--routing", default="uniform", help="uniform or zipf:<s> (default %(default)s)")
     ap.add_argument("--format", default=None, help="operand format (default: the model's FP4 format)")
     ap.add_argument("--gpu", default="NVIDIA B200", help="GPU name for the ridge point (default %(default)s)")
     try:

@@ -70,7 +70,7 @@ def render(runner: str, python_version: str, dists: dict[str, str]) -> str:
     variant = torch_variant(torch) if torch else None
     lines = [f"# fp4bench stack of runner {runner}: the exact venv it serves with.",
              "# Written by `fp4bench stack freeze`; check a venv with `fp4bench stack freeze --check`.",
-             f"# install: pip install --no-deps -r THIS_FILE && pip install --no-deps -e . && pip check",
+             "# install: pip install --no-deps -r THIS_FILE && pip install --no-deps -e . && pip check",
              f"# python {python_version}"]
     if torch:
         where = f"{TORCH_INDEX}{variant}" if variant else "the default index (PyPI: a CUDA build on Linux)"
@@ -107,9 +107,9 @@ def differences(pins: dict[str, str], dists: dict[str, str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fp4bench.options import STACK, add_options
+    from fp4bench.options import STACK, add_options, plain
 
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1],
+    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
                                  epilog="exit status: 0 written / same, 1 venv differs from the file (--check), "
                                         "2 usage error")
     sub = ap.add_subparsers(dest="cmd", required=True)

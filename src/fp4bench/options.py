@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fp4bench.models import MoEModel, get_model, list_models
-from fp4bench.workloads import Routing, parse_routing
+
+if TYPE_CHECKING:  # fp4bench.workloads imports torch: not before a command has parsed its arguments
+    from fp4bench.workloads import Routing
 
 KINDS = ("dense", "grouped", "moe")
 
@@ -72,6 +74,8 @@ def parse_tps(text: str, models: Iterable[MoEModel] = (), what: str = "tp") -> t
 
 def parse_routings(text: str, what: str = "routing") -> tuple[Routing, ...]:
     """"uniform,zipf:1.2" -> routings."""
+    from fp4bench.workloads import parse_routing
+
     out: list[Routing] = []
     for item in split_list(text, what):
         r = parse_routing(item)
@@ -91,6 +95,11 @@ def parse_kinds(text: str, what: str = "kinds") -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------------------------
 # argparse types
+
+
+def plain(doc: str) -> str:
+    """A docstring as terminal help text: RST ``literal`` markup becomes the bare literal."""
+    return doc.replace("``", "")
 
 
 def _number(text: str, example: str) -> float:
@@ -171,7 +180,7 @@ SWEEP = (
     Option("full", "every tactic and the dense M sweep 1..16384", action="store_true"),
     Option("tactics", "default: one tactic per backend (quick); all: every tile config / tactic",
            choices=("default", "all")),
-    Option("seed", "seed of the operands and the routing", type=int, default=0),
+    Option("seed", "seed of the operands and the routing (default %(default)d)", type=int, default=0),
     Option("device", "torch device (default cuda:0 if present, else cpu)"),
     Option("plugin", "import a module defining BACKENDS (repeatable)", action="append", default=[]),
     Option("l2", "L2 state while timing (default cold)", choices=("cold", "hot"), default="cold"),
@@ -191,6 +200,17 @@ GATE = (
     Option("fail-on-ambiguous", "every AMBIGUOUS verdict fails the gate too", action="store_true"),
 )
 FLOOR_DRIFT_ALPHA = GATE[:3]
+
+#: the rest of ``gate.verdict.Policy`` that ``fp4bench compare`` takes (defaults checked against it in
+#: tests/test_options.py; defined here so that ``--help`` needs no numpy/scipy)
+DISPATCH_POLICIES = ("report", "fail")
+COMPARE = (
+    Option("noise-k", "multiple of the baseline's robust sigma counted as noise (default %(default)g)", type=float,
+           default=2.0),
+    Option("min-samples", "fewer samples on either side => AMBIGUOUS (default %(default)d)", type=int, default=5),
+    Option("dispatch", "kernel-set change: report it or fail (default %(default)s)", choices=DISPATCH_POLICIES,
+           default="report"),
+)
 
 BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
 
