@@ -120,3 +120,14 @@ def test_every_fp4_pytest_option_has_help_and_its_default():
     assert len(seen) > 20
     fmt = ap._get_formatter()
     assert _undocumented(seen, lambda a: fmt._expand_help(a) if a.help else "") == []
+
+
+def test_compare_options_default_to_the_gates_policy():
+    from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy
+    from fp4bench.options import COMPARE
+    from fp4bench.options import DISPATCH_POLICIES as OPTION_CHOICES
+
+    d = Policy()
+    assert {o.name: o.default for o in COMPARE} == {"noise-k": d.noise_k, "min-samples": d.min_samples,
+                                                   "dispatch": d.dispatch}
+    assert OPTION_CHOICES == DISPATCH_POLICIES

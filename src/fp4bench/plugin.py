@@ -63,9 +63,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before any CUDA allocation: a sweep allocates and frees 10+ GB operand sets per problem;
     # with fixed segments an H200 run reported 113 GiB "reserved but unallocated" and went OOM.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog
+
+    plugin_compat.refuse_xdist_early(config)  # before xdist starts its workers (pytest_sessionstart)
     config.stash[SESSION] = st = Fp4Session(config)
     _CONFIGS.append(config)
-    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog
 
     config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
     config.pluginmanager.register(plugin_console.ConsolePlugin(config), "fp4bench.plugin_console")
