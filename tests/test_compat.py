@@ -86,6 +86,16 @@ def test_xdist_is_refused_with_a_usage_error(bench):
     assert ("ERROR: fp4bench: pytest-xdist (-n 2) cannot run benchmark cases: they are timed on one GPU" in err)
     assert "--fp4-isolate" in err and "CUDA_VISIBLE_DEVICES" in err
     assert "MISSING" not in res.stdout.str() and "INTERNALERROR" not in res.stdout.str() + err
+    # refused in the controller before xdist started any worker (workers would print "created: 2/2 workers")
+    assert "created:" not in res.stdout.str() + err and "gw0" not in res.stdout.str() + err
+
+
+def test_xdist_over_plain_tests_still_runs(pytester):
+    pytester.makepyfile(test_plain="def test_a():\n    assert 1\n\ndef test_b():\n    assert 1\n")
+    res = pytester.runpytest_subprocess("-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
+                                        timeout=300)
+    assert res.ret == 0, res.stdout.str() + res.stderr.str()
+    res.assert_outcomes(passed=2)
 
 
 # pytest-benchmark's output and calibration flags: they change what is written, never what is judged

@@ -23,12 +23,14 @@ commands:
   shapes [--model M] [--batch B] [--gpu NAME]      per-role M, N, K, tokens/expert, FLOP/byte, ridge point
   report RESULTS... --out DIR [--baseline BASE]   markdown + PNG plots of saved runs
   prepare [--backends ...]                         build FlashInfer's JIT modules before a run
+  stack freeze --runner NAME [--python VENV] [--check]   pin a runner's venv in stack/NAME.txt (or compare)
+  --version                    fp4bench's version
 """
 
 
 def _env(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="fp4bench env")
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--device", default=None, help="torch device (default cuda:0 if present, else cpu)")
     ap.add_argument("--plugin", action="append", default=[], help="backend module to load (like --fp4-plugin)")
     args = ap.parse_args(argv)
     import torch
@@ -63,14 +65,14 @@ def _baseline(argv: Sequence[str]) -> int:
 
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("approve", help="write a candidate run as baselines/<gpu>/approved.json (slim format)")
-    a.add_argument("candidate")
+    a.add_argument("candidate", help="the candidate run (a --fp4-save-baseline JSON file)")
     BASELINES.add(a.add_argument)
     a.add_argument("--force", action="store_true",
                    help="approve even a run with failures/regressions, fewer benchmarks than the approved "
                         "baseline, or another L2 mode/timer (never a run of test-only backends)")
     m = sub.add_parser("migrate", help="rewrite a baseline file in the slim format (nothing is judged)")
-    m.add_argument("file")
-    m.add_argument("--out", default=None, help="write here instead of rewriting FILE in place (never an "
+    m.add_argument("file", help="the baseline file to rewrite")
+    m.add_argument("--out", default=None, help="write here (default: rewrite FILE in place; never an "
                    "approved.json: use 'baseline approve')")
     m.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = ap.parse_args(argv)
@@ -109,9 +111,9 @@ def _baseline(argv: Sequence[str]) -> int:
 
 def _workload(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="fp4bench workload")
-    ap.add_argument("--model", default="glm-5")
-    ap.add_argument("--batch", default="512,1024")
-    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--model", default="glm-5", help="model name or alias (default %(default)s)")
+    ap.add_argument("--batch", default="512,1024", help="decode batch sizes, comma-separated (default %(default)s)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default %(default)d)")
     args = ap.parse_args(argv)
     from fp4bench.options import parse_ints
     from fp4bench.workloads import arithmetic_intensity, expected_active_experts, get_model, mean_tokens_per_expert
@@ -137,7 +139,8 @@ def _workload(argv: Sequence[str]) -> int:
 #: subcommands that live in their own module: name -> (module, entry function)
 _MORE = {"shapes": ("fp4bench.cli_shapes", "shapes_main"), "report": ("fp4bench.cli_report", "report_main"),
          "prepare": ("fp4bench.cli_prepare", "prepare_main"), "ab": ("fp4bench.cli_ab", "ab_main"),
-         "power": ("fp4bench.cli_power", "power_main"), "fidelity": ("fp4bench.cli_fidelity", "fidelity_main")}
+         "power": ("fp4bench.cli_power", "power_main"), "fidelity": ("fp4bench.cli_fidelity", "fidelity_main"),
+         "stack": ("fp4bench.cli_stack", "stack_main")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -148,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from fp4bench import __version__
+
+        print(f"fp4bench {__version__}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "env":
         return _env(rest)

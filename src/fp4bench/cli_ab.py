@@ -16,7 +16,7 @@ import sys
 from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_USAGE, _print_safely
-from fp4bench.options import GATE, SWEEP, add_options, positive_seconds, split_list
+from fp4bench.options import GATE, SWEEP, add_options, plain, positive_seconds, split_list
 from fp4bench.outputs import check_outputs, write_atomic
 
 PROG = "fp4bench ab"
@@ -48,16 +48,16 @@ POLICY_FLAGS = tuple(o for o in GATE if o.name in ("allow-missing", "allow-ambig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fp4bench.ab.run import AbConfig
-    from fp4bench.sweep import SweepOptions
+    from fp4bench.ab.defaults import DEFAULTS as d
 
-    d = AbConfig(sweep=SweepOptions())
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1],
+    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
                                  epilog="exit status: 0 no regression, 1 regression, 2 usage error, 3 incomplete")
     ap.add_argument("--a", required=True, help="current stack: python interpreter or venv directory")
     ap.add_argument("--b", required=True, help="candidate stack: python interpreter or venv directory")
-    ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
-    ap.add_argument("--b-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE")
+    ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
+                    help="environment variable only side A gets (repeatable)")
+    ap.add_argument("--b-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
+                    help="environment variable only side B gets (repeatable)")
     ap.add_argument("--a-plugin", action="append", default=[], metavar="MODULE",
                     help="backend module only side A loads (repeatable; --plugin loads one on both sides)")
     ap.add_argument("--b-plugin", action="append", default=[], metavar="MODULE",

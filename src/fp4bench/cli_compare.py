@@ -11,14 +11,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
-from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, Scope
-from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy, compare
-from fp4bench.linelog import is_line_log, read_line_log, unreached_report
-from fp4bench.options import GATE, add_options, policy_kwargs
-from fp4bench.outputs import OutputError, check_outputs, write_atomic
-from fp4bench.report import verdict_table
-from fp4bench.reporting.machine import step_summary_path
+from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION
+from fp4bench.options import COMPARE, GATE, add_options, policy_kwargs
 
 # EXIT_OK 0, EXIT_REGRESSION 1 and EXIT_INCOMPLETE 3 are the gate's decisions (gate.coverage)
 EXIT_USAGE = 2
@@ -36,7 +30,6 @@ def _print_safely(text: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = Policy()
     ap = argparse.ArgumentParser(
         prog=PROG,
         description="Compare two fp4bench result files (pytest-benchmark JSON with raw samples) "
@@ -49,17 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("new", help="current run's --benchmark-json file, or its line log (*.lines.jsonl; "
                                 "a run killed part-way is judged on what it finished, marked partial)")
     add_options(ap.add_argument, GATE)
-    ap.add_argument("--noise-k", type=float, default=d.noise_k,
-                    help="deprecated, no longer applied (noise widens each benchmark's interval)")
-    ap.add_argument("--min-samples", type=int, default=d.min_samples,
-                    help="fewer samples on either side => AMBIGUOUS (default %(default)d)")
-    ap.add_argument("--dispatch", choices=DISPATCH_POLICIES, default=d.dispatch,
-                    help="kernel-set change: report it or fail (default %(default)s)")
+    add_options(ap.add_argument, COMPARE)
     ap.add_argument("--json", metavar="PATH", default=None,
-                    help="also write the verdict as JSON ('-': print it instead of the table)")
+                    help="also write the verdict as JSON ('-': print it instead of the table; default: not written)")
     ap.add_argument("--markdown", metavar="PATH", default=None,
                     help="also write a markdown verdict, FAIL/MISSING first ('-': print it instead of the table); "
-                         "with $GITHUB_STEP_SUMMARY set it is appended there in any case")
+                         "with $GITHUB_STEP_SUMMARY set it is appended there in any case; default: not written")
     ap.add_argument("--force", action="store_true", help="overwrite an existing --json / --markdown file "
                     "(never one of the files compared)")
     return ap
@@ -72,6 +60,13 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed usage / help
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
+    from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
+    from fp4bench.gate.coverage import Scope
+    from fp4bench.gate.verdict import Policy, compare
+    from fp4bench.linelog import is_line_log, read_line_log, unreached_report
+    from fp4bench.outputs import OutputError, check_outputs
+    from fp4bench.reporting.machine import step_summary_path
+
     try:
         policy = Policy(**policy_kwargs(lambda name: getattr(args, name.replace("-", "_"))),
                         noise_k=args.noise_k, min_samples=args.min_samples, dispatch=args.dispatch)
@@ -116,6 +111,8 @@ def emit_outputs(result, base: str, json_path: str | None, md_path: str | None) 
     """The table on stdout (unless JSON or markdown goes there), the optional files, the job summary."""
     import json
 
+    from fp4bench.outputs import write_atomic
+    from fp4bench.report import verdict_table
     from fp4bench.reporting.machine import verdict_json, verdict_markdown, write_step_summary
 
     md = verdict_markdown(result, baseline=base)

@@ -25,13 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
         "of eager calls, interleaved in one profiled window so both see the same clock and power state.",
         epilog="exit status: 0 all rows within tolerance, 1 a row out of tolerance or with other kernels, 2 usage",
     )
-    ap.add_argument("--ms", type=int_list, default=int_list("1,16,64,256,1024,4096,16384"), help="GEMM M values")
+    ap.add_argument("--ms", type=int_list, default=int_list("1,16,64,256,1024,4096,16384"),
+                    help="GEMM M values (default 1,16,64,256,1024,4096,16384)")
     ap.add_argument("--n", type=int, default=4096, help="GEMM N (default: GLM-5 gate_up, 2 x 2048)")
     ap.add_argument("--k", type=int, default=6144, help="GEMM K (default: GLM-5 hidden size)")
-    ap.add_argument("--budget", type=positive_seconds, default=1.0, help="seconds per timed / interleaved window")
+    ap.add_argument("--budget", type=positive_seconds, default=1.0, help="seconds per timed / interleaved window (default %(default)g)")
     ap.add_argument("--tolerance", type=percent, default=2.0, help="allowed |graph/eager - 1|, in %% (default 2)")
-    ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--json", type=Path, default=None, help="write the rows to this file (checked before the run)")
+    ap.add_argument("--device", default="cuda:0", help="CUDA device (default %(default)s)")
+    ap.add_argument("--json", type=Path, default=None, help="write the rows to this file (checked before the run; default: not written)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     return ap
 

@@ -10,11 +10,7 @@ import sys
 from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_OK, EXIT_USAGE, _print_safely
-from fp4bench.gate.baseline import BaselineError, load_baseline
-from fp4bench.gate.power import detection_power
-from fp4bench.gate.verdict import Policy
 from fp4bench.options import FLOOR_DRIFT_ALPHA, add_options, policy_kwargs
-from fp4bench.report import power_table
 
 PROG = "fp4bench power"
 
@@ -58,6 +54,11 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse already printed usage / help
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
+    from fp4bench.gate.baseline import BaselineError, load_baseline
+    from fp4bench.gate.power import detection_power
+    from fp4bench.gate.verdict import Policy
+    from fp4bench.report import power_table
+
     try:
         policy = Policy(**policy_kwargs(lambda name: getattr(args, name.replace("-", "_"), None)))
         rows = detection_power(load_baseline(args.a), load_baseline(args.b), args.slowdowns, policy,

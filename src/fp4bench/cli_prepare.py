@@ -7,13 +7,17 @@ import argparse
 import sys
 from typing import Sequence
 
+from fp4bench.options import plain
+
 PROG = "fp4bench prepare"
 
 
 def prepare_main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__)
-    ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--backends", default=None, help="only the modules of these backends (comma-separated)")
+    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__))
+    ap.add_argument("--device", default="cuda:0",
+                    help="CUDA device to build for (default %(default)s)")
+    ap.add_argument("--backends", default=None,
+                    help="only the modules of these backends (comma-separated; default: every FlashInfer backend)")
     ap.add_argument("--check", action="store_true", help="only report; exit 1 when a module is missing")
     try:
         args = ap.parse_args(argv)

@@ -16,8 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("results", nargs="+", help="result files of one GPU model (later files win on a clash)")
     ap.add_argument("--out", required=True, help="output folder (created; its parent must exist)")
     ap.add_argument("--force", action="store_true", help="overwrite a report.md already in --out")
-    ap.add_argument("--baseline", default=None, help="baseline file: adds the verdict and the Δ%% plot")
-    ap.add_argument("--title", default=None)
+    ap.add_argument("--baseline", default=None, help="baseline file: adds the verdict and the Δ%% plot (default: none)")
+    ap.add_argument("--title", default=None, help="report title (default: fp4bench report)")
     return ap
 
 

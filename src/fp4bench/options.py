@@ -13,10 +13,12 @@ import argparse
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fp4bench.models import MoEModel, get_model, list_models
-from fp4bench.workloads import Routing, parse_routing
+
+if TYPE_CHECKING:  # fp4bench.workloads imports torch: not before a command has parsed its arguments
+    from fp4bench.workloads import Routing
 
 KINDS = ("dense", "grouped", "moe", "quant")  # quant: opt-in activation-quantizer rows
 
@@ -87,6 +89,8 @@ def parse_tps(text: str, models: Iterable[MoEModel] = (), what: str = "tp") -> t
 
 def parse_routings(text: str, what: str = "routing") -> tuple[Routing, ...]:
     """"uniform,zipf:1.2" -> routings."""
+    from fp4bench.workloads import parse_routing
+
     out: list[Routing] = []
     for item in split_list(text, what):
         r = parse_routing(item)
@@ -106,6 +110,11 @@ def parse_kinds(text: str, what: str = "kinds") -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------------------------
 # argparse types
+
+
+def plain(doc: str) -> str:
+    """A docstring as terminal help text: RST ``literal`` markup becomes the bare literal."""
+    return doc.replace("``", "")
 
 
 def _number(text: str, example: str) -> float:
@@ -209,7 +218,7 @@ SWEEP = (
     Option("full", "every tactic and the dense M sweep 1..16384", action="store_true"),
     Option("tactics", "default: one tactic per backend (quick); all: every tile config / tactic",
            choices=("default", "all")),
-    Option("seed", "seed of the operands and the routing", type=seed, default=0),
+    Option("seed", "seed of the operands and the routing (default %(default)d)", type=seed, default=0),
     Option("device", "torch device (default cuda:0 if present, else cpu)"),
     Option("plugin", "import a module defining BACKENDS (repeatable)", action="append", default=[]),
     Option("l2", "L2 state while timing (default cold)", choices=("cold", "hot"), default="cold"),
@@ -230,7 +239,29 @@ GATE = (
 )
 FLOOR_DRIFT_ALPHA = GATE[:3]
 
+#: the rest of ``gate.verdict.Policy`` that ``fp4bench compare`` takes (defaults checked against it in
+#: tests/test_options.py; defined here so that ``--help`` needs no numpy/scipy)
+DISPATCH_POLICIES = ("report", "fail")
+COMPARE = (
+    Option("noise-k", "deprecated, no longer applied: noise widens each benchmark's interval (default %(default)g)", type=float,
+           default=2.0),
+    Option("min-samples", "fewer samples on either side => AMBIGUOUS (default %(default)d)", type=int, default=5),
+    Option("dispatch", "kernel-set change: report it or fail (default %(default)s)", choices=DISPATCH_POLICIES,
+           default="report"),
+)
+
 BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
+
+#: the deployed stack of a runner (``fp4bench stack``): the venv it serves with and the file that pins it
+STACK = (
+    Option("python", "the venv (directory) or interpreter whose packages are frozen or checked "
+           "(default: the one running fp4bench)"),
+    Option("runner", "runner name: the stack file is <stack-dir>/<runner>.txt (no default: required unless --file)"),
+    Option("file", "the stack file itself (default: <stack-dir>/<runner>.txt)"),
+    Option("stack-dir", "folder of the committed stack files (default %(default)s)", default="stack"),
+    Option("check", "compare the venv with the stack file instead of writing it (exit 1 when they differ)",
+           action="store_true"),
+)
 
 
 #: gate options that are still parsed but no longer change a verdict, and why

@@ -25,13 +25,16 @@ from fp4bench.session import session_of as _state
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("fp4bench", "fp4bench: FP4 GEMM regression suite")
     add_options(g.addoption, SWEEP, "fp4-")
-    g.addoption("--fp4-time-budget", type=float, default=None, help="seconds of sampling per case")
-    g.addoption("--fp4-target-ci", type=float, default=0.005, help="stop at this relative 95%% CI of the median")
-    g.addoption("--fp4-min-samples", type=int, default=10)
+    g.addoption("--fp4-time-budget", type=float, default=None,
+                help="seconds of sampling per case (default 1 on a GPU, 0.3 on a CPU)")
+    g.addoption("--fp4-target-ci", type=float, default=0.005,
+                help="stop sampling once the 95%% CI of the median is this narrow, relative (default %(default)g)")
+    g.addoption("--fp4-min-samples", type=int, default=10, help="fewest samples per case (default %(default)d)")
     g.addoption("--fp4-energy-window", type=nonneg_seconds, default=0.0,
-                help="seconds of extra replay per case to measure joules per GEMM via NVML (0: off)")
+                help="seconds of extra replay per case to measure joules per GEMM via NVML (default %(default)g: off)")
     BASELINES.add(g.addoption, "fp4-")
-    g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against")
+    g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against (default: with --benchmark-compare, "
+                     "baselines/<gpu>/approved.json)")
     g.addoption("--fp4-save-baseline", nargs="?", const="auto", default=None,
                 help="write this run as a candidate baseline (default path baselines/<gpu>/candidates/<UTC>.json)")
     add_options(g.addoption, GATE, "fp4-")
@@ -47,16 +50,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fp4-isolate", action="store_true",
                 help="run each case in a worker process: a crash, hang or poisoned CUDA context costs one case")
     g.addoption("--fp4-case-timeout", type=positive_seconds, default=900.0,
-                help="with --fp4-isolate: seconds a case may take (JIT build included) before it is a hang")
-    g.addoption("--fp4-python", default=None, help="with --fp4-isolate: the worker's interpreter or venv")
+                help="with --fp4-isolate: seconds a case may take (JIT build included) before it is a hang (default %(default)g)")
+    g.addoption("--fp4-python", default=None, help="with --fp4-isolate: the worker's interpreter or venv (default: this one)")
     g.addoption("--fp4-log", default=None,
                 help="write every finished case to this JSON-lines file as it finishes (default with "
                      "--fp4-save-baseline: next to the JSON, *.lines.jsonl); an existing file is refused "
                      "unless --fp4-force")
     g.addoption("--fp4-same-unit", action="store_true",
                 help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
-    g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON")
-    g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case")
+    g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON (default: not written)")
+    g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case (default: not written)")
     from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_outputs
 
     plugin_outputs.addoption(g)
@@ -70,9 +73,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before any CUDA allocation: a sweep allocates and frees 10+ GB operand sets per problem;
     # with fixed segments an H200 run reported 113 GiB "reserved but unallocated" and went OOM.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog
+
+    plugin_compat.refuse_xdist_early(config)  # before xdist starts its workers (pytest_sessionstart)
     config.stash[SESSION] = st = Fp4Session(config)
     _CONFIGS.append(config)
-    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog
 
     config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
     config.pluginmanager.register(plugin_console.ConsolePlugin(config), "fp4bench.plugin_console")

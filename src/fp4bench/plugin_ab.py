@@ -26,7 +26,7 @@ def addoption(group: Any) -> None:
     group.addoption("--fp4-ab-against", default=None, metavar="PYTHON_OR_VENV",
                     help="judge this environment (B, the candidate) against another one (A, the current stack: a "
                          "python or a venv) on this GPU, interleaved; the selected cases become one A/B test. "
-                         "Write it as --fp4-ab-against=PATH: pytest picks its rootdir from path-like arguments")
+                         "Write it as --fp4-ab-against=PATH: pytest picks its rootdir from path-like arguments (default: no A/B)")
     group.addoption("--fp4-ab-env", action="append", default=[], metavar="KEY=VALUE",
                     help="with --fp4-ab-against: an environment variable for side A's worker only")
     group.addoption("--fp4-ab-replicates", type=int, default=3,

@@ -16,7 +16,9 @@ instead of letting it fail silently:
 
 from __future__ import annotations
 
+import ast
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,6 +133,34 @@ def _warn(text: str) -> None:
 
 
 REFUSAL_MARK = "fp4bench: pytest-xdist"
+
+
+def benchmark_modules(args: list[str]) -> list[Path]:
+    """The test modules under pytest's arguments that define a test taking ``fp4_case`` (read as
+    source, nothing imported): what an xdist run would hand to workers sharing one GPU."""
+    found = []
+    for arg in args:
+        root = Path(arg.split("::", 1)[0])
+        files = [root] if root.is_file() else sorted(root.rglob("test_*.py")) if root.is_dir() else []
+        for f in files:
+            try:
+                tree = ast.parse(f.read_text(errors="replace"))
+            except (OSError, SyntaxError, ValueError):
+                continue  # pytest reports it as a collection error
+            if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
+                   and any(a.arg == "fp4_case" for a in n.args.args) for n in ast.walk(tree)):
+                found.append(f)
+    return found
+
+
+def refuse_xdist_early(config: pytest.Config) -> None:
+    """``-n N`` over benchmark modules: a usage error in the controller, before xdist starts any
+    worker. (A case reached another way is still refused by the workers' collection, below.)"""
+    n = config.getoption("numprocesses", default=None)
+    if not n or hasattr(config, "workerinput"):
+        return
+    if benchmark_modules([str(a) for a in config.args]):
+        raise pytest.UsageError(xdist_refusal(n))
 
 
 def xdist_refusal(workers: Any) -> str:

@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Collection
 
+from fp4bench.ab.defaults import DEFAULTS
 from fp4bench.ab.estimate import MIN_REPLICATES, AbEstimate, ab_estimate
 from fp4bench.ab.schedule import SIDES, alloc_order, round_order, start_order
 from fp4bench.gate.rule import Decision, RuleSettings
@@ -46,22 +47,22 @@ class AbConfig:
     sweep: SweepOptions
     device: str | None = None
     #: worker processes per side (independent replicates)
-    replicates: int = 3
+    replicates: int = DEFAULTS.replicates
     #: rounds every benchmark gets; more are added while the rule says MORE (up to ``max_rounds``)
-    rounds: int = 6
-    round_samples: int = 10
-    max_rounds: int = 16
+    rounds: int = DEFAULTS.rounds
+    round_samples: int = DEFAULTS.round_samples
+    max_rounds: int = DEFAULTS.max_rounds
     #: rounds added at a time while undecided
     more_rounds: int = 4
     #: one more process pair may join an undecided benchmark whose processes disagree
     extra_pairs: int = 1
     #: seconds for the whole run: rounds and processes are added only while the run's elapsed
     #: time plus the base cost of the benchmarks still to come stays within it
-    time_budget_s: float = 600.0
+    time_budget_s: float = DEFAULTS.time_budget_s
     #: seconds of added measurement (after the base rounds) one benchmark may take
-    benchmark_budget_s: float = 30.0
+    benchmark_budget_s: float = DEFAULTS.benchmark_budget_s
     settings: RuleSettings = RuleSettings(floor=0.03)
-    timeout_s: float = 900.0
+    timeout_s: float = DEFAULTS.timeout_s
     plugins: tuple[str, ...] = ()
     cold_l2: bool = True
     seed: int = 0

@@ -81,6 +81,17 @@ class GpuPeaks:
         toks = _tokens(gpu_name)
         return bool(self.match) and set(self.match) <= toks and not (set(self.exclude) & toks)
 
+    @property
+    def memory_type(self) -> str:
+        """HBM3, HBM3e or GDDR7, as the cited source of ``memory_gb`` names it."""
+        m = re.search(r"\b(HBM\d[eE]?|GDDR\d)\b", str(self.sources.get("memory_gb", "")))
+        return m.group(1).replace("E", "e") if m else "unknown memory type"
+
+    @property
+    def short_name(self) -> str:
+        """The name to type: ``RTX PRO 6000 Blackwell`` -> ``rtx-pro-6000``, ``H200 SXM`` -> ``h200``."""
+        return "-".join(t.lower() for t in self.name.split() if t.upper() not in ("BLACKWELL", "SXM"))
+
     def peak_tflops(self, fmt: str) -> float | None:
         """Dense peak for operands in ``fmt`` (None: the GPU has no such tensor-core path)."""
         if fmt not in FORMAT_PEAK:
@@ -205,7 +216,8 @@ PEAKS: tuple[GpuPeaks, ...] = (
         bf16_tflops=2500.0,
         bandwidth_tbs=8.0,
         memory_gb=186.0,
-        sources={f: _GB200 for f in ("fp4_tflops", "fp8_tflops", "bf16_tflops", "bandwidth_tbs", "memory_gb")},
+        sources={**{f: _GB200 for f in ("fp4_tflops", "fp8_tflops", "bf16_tflops", "bandwidth_tbs")},
+                 "memory_gb": f"HBM3e (NVIDIA GB200 NVL72 product page); {_GB200}"},
         notes="1200 W",
         match=("GB200",),
     ),
@@ -240,7 +252,7 @@ PEAKS: tuple[GpuPeaks, ...] = (
             "fp8_tflops": _GB300,
             "bf16_tflops": _GB300,
             "bandwidth_tbs": _GB300,
-            "memory_gb": f"279-288 GB, upper value taken; {_GB300}",
+            "memory_gb": f"279-288 GB HBM3e, upper value taken; {_GB300}",
         },
         match=("GB300",),
     ),
@@ -292,6 +304,22 @@ PEAKS: tuple[GpuPeaks, ...] = (
         exclude=("LAPTOP", "D"),
     ),
 )
+
+
+def known_gpus() -> tuple[str, ...]:
+    """The short names ``gpu_by_name`` accepts, in table order."""
+    return tuple(p.short_name for p in PEAKS)
+
+
+def gpu_by_name(text: str) -> GpuPeaks:
+    """A table entry by short name (``rtx-pro-6000``, ``b200``), table name, or the name torch
+    reports; ``ValueError`` naming the known ones otherwise."""
+    key = text.strip().lower().replace(" ", "-").replace("_", "-")
+    hits = [p for p in PEAKS if key in (p.short_name, p.name.lower().replace(" ", "-"))]
+    found = hits[0] if hits else peak_for(text)
+    if found is None:
+        raise ValueError(f"unknown GPU {text!r}; known: {', '.join(known_gpus())}")
+    return found
 
 
 def peak_for(gpu_name: str, measured: str | Path | Mapping[str, float] | None = None) -> GpuPeaks | None:

@@ -1,0 +1,21 @@
+"""The default size of an ``fp4bench ab`` run, importable without torch/numpy/scipy, so that
+``fp4bench ab --help`` can show them (``ab.run.AbConfig`` takes its defaults from here).
+Why each value is what it is: docs/ab.md ("Defaults and why", "Wall-time estimate")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AbDefaults:
+    replicates: int = 3  # worker processes per side
+    rounds: int = 6  # rounds every benchmark gets
+    round_samples: int = 10  # replays per process and round
+    max_rounds: int = 16  # rounds an undecided benchmark may grow to
+    time_budget_s: float = 600.0  # the whole run
+    benchmark_budget_s: float = 30.0  # added measurement per benchmark
+    timeout_s: float = 900.0  # one request before it is a hang
+
+
+DEFAULTS = AbDefaults()
