@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import tempfile
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -311,9 +310,11 @@ def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
 def test_approve_into_an_unwritable_folder(tmp_path, capsys, monkeypatch, how):
     root = tmp_path / "root"
     if how == "read-only folder":  # root ignores permission bits, so the OS refusal is simulated
+        from fp4bench import outputs
+
         def refuse(*a, **kw):
             raise PermissionError(13, "Permission denied")
-        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+        monkeypatch.setattr(outputs, "write_atomic", refuse)
         message = "Permission denied"
     else:
         _put(tmp_path, "root/nvidia-h200", "not a folder")

@@ -181,7 +181,10 @@ def _isolated_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pytest", "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-q", "test_fp4_gemm.py",
            "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
            "--fp4-time-budget", "0.05", "--fp4-min-samples", "5", "--fp4-floor", "900", "--fp4-isolate", *args]
-    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    # without an xdist worker's variables: the child's pytest-benchmark would disable itself
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                          env=env)
 
 
 def test_isolation_saves_a_candidate_baseline(isolated_base):
@@ -263,3 +266,18 @@ def test_a_line_cut_by_the_kill_is_dropped_with_a_note_and_other_garbage_is_an_e
         f.write('\n{"type":"end"}\n')
     with pytest.raises(BaselineError, match="line 3 is not JSON"):
         read_line_log(path)
+
+
+def test_a_save_that_writes_no_file_is_not_a_pass(tmp_path):
+    """pytest-benchmark disables itself inside what looks like a pytest-xdist worker: the cases run,
+    no results file comes of ``--fp4-save-baseline``, and the run says so and exits 3 (incomplete)."""
+    (tmp_path / "test_fp4_gemm.py").write_text(BENCH_FILE)
+    cmd = [sys.executable, "-m", "pytest", "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-q", "test_fp4_gemm.py",
+           "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
+           "--fp4-time-budget", "0.05", "--fp4-min-samples", "5", "--fp4-save-baseline", "base.json"]
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "1"}
+    res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                         env=env)
+    assert not (tmp_path / "base.json").exists()
+    assert res.returncode == 3, res.stdout
+    assert "cases were collected but pytest-benchmark wrote no results file" in res.stdout

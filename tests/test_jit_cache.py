@@ -68,9 +68,12 @@ def _flashinfer_backends() -> dict[str, set[tuple[int, int]]]:
     out = {}
     for b in registry.all_backends():
         mod = sys.modules[type(b).__module__]
-        if not type(b).__module__.startswith("fp4bench.backends.flashinfer"):
+        if not (type(b).__module__.startswith("fp4bench.backends.flashinfer") or "flashinfer" in b.name):
             continue
-        ccs = getattr(b, "supported_ccs", None) or getattr(mod, "SUPPORTED_SMS")
+        if hasattr(b, "_parts"):  # an end-to-end row runs where both its quantizer and its GEMM run
+            ccs = set.intersection(*(set(getattr(sys.modules[type(p).__module__], "SUPPORTED_SMS")) for p in b._parts()))
+        else:
+            ccs = getattr(b, "supported_ccs", None) or getattr(mod, "SUPPORTED_SMS")
         out[b.name] = {(cc // 10, cc % 10) for cc in ccs}
     return out
 

@@ -45,7 +45,7 @@ def test_the_limits_keep_real_timings():
 def test_unknown_schema_numbers_are_refused_with_the_supported_list(schema):
     data = bench_json([bench_entry(NAME, [MED] * 5)])
     data["fp4bench"]["schema"] = schema
-    with pytest.raises(BaselineError, match=rf"schema' {schema} is not a schema fp4bench wrote \(supported: 1\)"):
+    with pytest.raises(BaselineError, match=rf"schema' {schema} is not a schema fp4bench wrote \(supported: 1, 2\)"):
         parse_baseline(data)
 
 

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
                          "cupti: kernel busy time, every round profiled (slower)")
     add_options(ap.add_argument, (AB_FLOOR, *POLICY_FLAGS))
-    ap.add_argument("--json", default=None, help="write the verdicts as JSON here (checked before the run)")
+    ap.add_argument("--json", default=None, help="write the verdicts as JSON here (checked before the run; default: not written)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     return ap
 

@@ -227,9 +227,9 @@ SWEEP = (
 #: how the gate decides; the defaults are ``gate.verdict.Policy``'s (tests/test_options.py checks)
 GATE = (
     Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", type=percent, default=5.0),
-    Option("drift", "deprecated, no longer applied: the spread between windows comes from the windows",
+    Option("drift", "deprecated, no longer applied: the spread between windows comes from the windows (default: unset)",
            type=percent, default=None),
-    Option("alpha", "deprecated, no longer applied (the rule's bounds are gate.rule.RuleSettings.confidence)",
+    Option("alpha", "deprecated, no longer applied: the rule's bounds are gate.rule.RuleSettings.confidence (default: unset)",
            type=alpha, default=None),
     Option("allow-missing", "benchmarks of the baseline that were not measured do not fail the gate",
            action="store_true"),

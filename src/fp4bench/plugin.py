@@ -268,6 +268,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from fp4bench.gate.store import publish
 
         if not publish(st.json_path):
+            if session.testscollected:  # cases ran, yet pytest-benchmark wrote nothing (it was disabled)
+                st.save_error = (f"fp4bench: --fp4-save-baseline: {session.testscollected} cases were collected but "
+                                 "pytest-benchmark wrote no results file (--benchmark-disable, or pytest-benchmark "
+                                 "disabled itself, e.g. inside a pytest-xdist worker): no candidate written")
+                if session.exitstatus == 0:
+                    session.exitstatus = 3  # incomplete: what was asked for was not written
             st.json_path = None  # nothing measured: nothing written
     if st.baseline is None or not st.ready:
         return
@@ -284,6 +290,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     st = _state(config)
+    if st.save_error:
+        terminalreporter.write_line(st.save_error)
     if not st.ready or (not st.rows and st.baseline is None):
         return
     from fp4bench.plugin_console import results_lines, stopped_lines

@@ -405,16 +405,19 @@ class AbRunner:
             if not side.extra_info:
                 side.extra_info = dict(reply.get("extra_info") or {})
                 side.digest = part.digest
-            # the capture (warm-up, sizing, CUDA graph): once per process, in allocation order;
-            # in span mode the first process of each side profiles it for the kernel names
-            names = self.cfg.timer == "span" and "kernels" not in side.extra_info
+            # the capture (warm-up, sizing, CUDA graph): once per process, in allocation order. In
+            # span mode every process profiles it (the kernel names are kept from the first of each
+            # side): a process that has run the profiler stays slower for the rest of its life
+            # (on an H200, +1.5 to +4 % on µs-scale kernels, docs/results-h200.md run 16), so
+            # profiling only one process per side made that process an outlier of its side
+            names = self.cfg.timer == "span"
             reply = self._ask(pid, {"op": "time", "case": case, "samples": 3, "kernel_time": names},
                               f"capture {name}")
             if reply.get("status") != "measured":
                 part.status, part.reason = "failed", f"while capturing: {reply.get('reason')}"
                 side.status, side.reason = "failed", part.reason
                 return
-            if names:
+            if names and "kernels" not in side.extra_info:
                 side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
         except WorkerLost as exc:
             part.status, part.reason = "lost", str(exc)

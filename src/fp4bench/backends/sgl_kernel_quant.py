@@ -22,19 +22,22 @@ from typing import Any
 from fp4bench.backends import _gating
 from fp4bench.backends._quant import QuantizerBackend, QuantOutput
 from fp4bench.backends.base import Prepared, Tactic
-from fp4bench.backends.sgl_kernel import DISTS, _SglKernelBase
+from fp4bench.backends.sgl_kernel import DISTS, _installed_dist, _SglKernelBase
 
 
 @dataclass(frozen=True)
 class SglQuantAPI:
     version: str
-    scaled_fp4_quant: Callable[..., Any]
+    scaled_fp4_quant: Callable[..., Any] | None  # None: the installed package has no such function
+    #: the distribution that provides ``sgl_kernel`` (for skip reasons)
+    dist: str = "sgl_kernel"
 
 
 def load_sgl_quant() -> SglQuantAPI:
     mod = importlib.import_module("sgl_kernel")
     version = getattr(mod, "__version__", None) or _gating.dist_version(*DISTS) or "?"
-    return SglQuantAPI(version=str(version), scaled_fp4_quant=mod.scaled_fp4_quant)
+    return SglQuantAPI(version=str(version), scaled_fp4_quant=getattr(mod, "scaled_fp4_quant", None),
+                       dist=_installed_dist())
 
 
 class SglKernelFp4Quant(QuantizerBackend, _SglKernelBase):
@@ -42,6 +45,7 @@ class SglKernelFp4Quant(QuantizerBackend, _SglKernelBase):
 
     name = "sgl-kernel-fp4-quant"
     api = "sgl_kernel.scaled_fp4_quant (public wrapper, 128x4 scales)"
+    op = op_name = "scaled_fp4_quant"  # the SglQuantAPI field and the public function
 
     def _library(self) -> SglQuantAPI:  # type: ignore[override]
         if self._lib is None:
