@@ -214,7 +214,9 @@ def test_timer_choice_keeps_the_profiler_out_of_span_rounds(monkeypatch, timer):
     assert all(m["kernel_time"] is (timer == "cupti") for _, m in timed if m["samples"] == 4)
     assert len(captures) == 4 * 2  # every process captures every benchmark once
     profiled = sorted(pid[0] for pid, k in captures if k)
-    assert profiled == (["A", "A", "B", "B"] if timer == "span" else [])  # one process per side and benchmark
+    # span: every process profiles its capture once, so no process carries the profiler's after-effect
+    # alone (docs/results-h200.md run 16); cupti: the rounds are profiled instead
+    assert profiled == (["A"] * 4 + ["B"] * 4 if timer == "span" else [])
     for p in run.pairs:  # the capture step adds no samples
         assert len(p.a.samples) == len(p.b.samples) == 2 * 2 * 4
 
