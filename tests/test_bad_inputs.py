@@ -623,7 +623,7 @@ SETUP_ROWS: list[tuple[str, str | None, list[str], int, str]] = [
      "odd_plugin.BACKENDS[0]: 'torch-bf16' is not a fp4bench Backend"),
     ("backend with kinds=None", _BF16_SUBCLASS + "    name = 'odd'\n    kinds = None\nBACKENDS = [Odd()]", [], 4,
      "odd_plugin.BACKENDS[0]: odd_plugin.Odd (backend 'odd'): kinds must be a non-empty set of dense, grouped, moe, "
-     "got None"),
+     "quant, got None"),
     ("tactics() returns None", _BF16_SUBCLASS + "    name = 'odd'\n    def tactics(self, p, d):\n        return None\n"
      "BACKENDS = [Odd()]", ["--fp4-backends", "odd"], 4,
      "fp4bench: odd_plugin.Odd (backend 'odd'): tactics() returned None, not a list of Tactic"),
