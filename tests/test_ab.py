@@ -262,7 +262,7 @@ def test_a_benchmark_left_with_too_few_replicates_is_not_judged_and_incomplete()
     (v,) = result.verdicts
     assert v.status is Status.AMBIGUOUS and v.kind == "worker lost" and "not judged" in v.reason
     assert outcome(run, result) == (EXIT_INCOMPLETE, "1 AMBIGUOUS; nothing judged: no benchmark was timed on both "
-                                                     "sides (1 not judged, worker lost) → incomplete (exit 3)")
+                                                     "sides (1 not judged: 1 worker lost) → incomplete (exit 3)")
     assert "CRASH: process B2 (side B) lost during round 2 of b::lost" in report(run, result)
 
 

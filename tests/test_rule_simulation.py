@@ -124,6 +124,29 @@ def test_unchanged_other_unit_runs_false_fail_at_most_1pct(suite):
     assert (d == FAIL).any(axis=1).mean() <= 0.01
 
 
+def ab_in_turns(rng, sd: np.ndarray, settings: rule.RuleSettings, effect: float = 0.0,
+                process_sigma=nm.PROCESS_SIGMA):
+    """fp4bench ab when the slots take turns (device memory, ``ab.schedule.turns``): each slot
+    has rounds of its own, shared by its A and B process only; a slot's replicate is the mean
+    over its rounds of log(B) - log(A) (``ab.estimate.ab_estimate_paired``). More slots while
+    the rule says MORE, up to AB_MAX_PROCESSES (the runner adds a pair while the processes
+    disagree more than their rounds scatter, which the process offsets make the rule here)."""
+    shape = sd.shape + (AB_MAX_PROCESSES, 2, AB_ROUNDS)
+    x = rng.normal(0, 1, shape) * sd[..., None, None, None] + rng.normal(0, nm.WINDOW_SIGMA, shape)
+    x += (rng.random(shape) < nm.JUMP_P) * rng.choice([-1.0, 1.0], shape) * rng.uniform(nm.JUMP_LO, nm.JUMP_HI, shape)
+    x += rng.normal(0, nm.PASS_SIGMA, sd.shape + (AB_MAX_PROCESSES, 1, AB_ROUNDS))  # a round's state: one slot's
+    x += rng.normal(0, 1, sd.shape + (AB_MAX_PROCESSES, 2, 1)) * np.asarray(process_sigma)[..., None, None, None]
+    x[..., 1, :] += effect
+    d = (x[..., 1, :] - x[..., 0, :]).mean(axis=-1).reshape(-1, AB_MAX_PROCESSES)
+    out = np.full(d.shape[0], -1, dtype=np.int8)
+    for r in range(AB_PROCESSES, AB_MAX_PROCESSES + 1):
+        delta, lo, hi, _, _, sep = rule.bounds_paired(d[:, :r], settings)
+        dec = rule.decisions(delta, lo, hi, sep, r, settings, budget_left=r < AB_MAX_PROCESSES)
+        now = (out < 0) & (dec != MORE)
+        out[now] = dec[now]
+    return out.reshape(sd.shape)
+
+
 AB_BENCHMARKS = 78  # the default ab sweep over GLM-5 (docs/results-h200.md, run 11)
 
 
@@ -139,6 +162,21 @@ def test_ab_three_percent_fails_at_least_95pct(suite):
     sd = rng.choice(suite.sd, (4000, 1))
     d = ab(rng, sd, AB, effect=math.log(1.03))
     assert (d == FAIL).mean() >= 0.95
+
+
+def test_ab_in_turns_aa_false_fails_at_most_1pct_of_runs(suite):
+    rng = np.random.default_rng(14)
+    sd = np.broadcast_to(rng.choice(suite.sd, AB_BENCHMARKS), (1000, AB_BENCHMARKS))
+    d = ab_in_turns(rng, sd, AB)
+    assert (d == FAIL).any(axis=1).mean() <= 0.01
+
+
+def test_ab_in_turns_three_percent_fails_at_least_95pct(suite):
+    rng = np.random.default_rng(15)
+    sd = rng.choice(suite.sd, (4000, 1))
+    d = ab_in_turns(rng, sd, AB, effect=math.log(1.03))
+    print(f"ab in turns +3 %: FAIL {(d == FAIL).mean():.3f}, PASS {(d == PASS).mean():.3f}")
+    assert (d == FAIL).mean() >= 0.95 and (d == PASS).mean() == 0
 
 
 def test_ab_before_the_fix_is_not_rescued_by_the_rule(suite):

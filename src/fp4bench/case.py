@@ -167,6 +167,15 @@ class CaseRunner:
         """Forget the cached prepared operands (the next case prepares afresh)."""
         self._prep_for, self._prep = None, None
 
+    def release(self) -> None:
+        """Forget every cached operand set, reference and prepared layout and hand the freed
+        device memory back to the driver, so another process on this GPU can use it."""
+        self.drop_prepared()
+        self._ops.clear()
+        self._refs.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
         """Gate, check and (unless ``measure`` is False: correctness only) time one case."""

@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="timing rounds every benchmark gets, each visiting every process (default %(default)d)")
     ap.add_argument("--max-rounds", type=_count(2), default=d.max_rounds,
                     help="rounds an undecided benchmark may grow to (default %(default)d)")
+    ap.add_argument("--max-resident", type=_count(2), default=None,
+                    help="at most this many processes hold one benchmark at once; beyond it the process pairs "
+                         "take turns (default: as many as the GPU's free memory holds, read at the first capture)")
     ap.add_argument("--round-samples", type=_count(3), default=d.round_samples,
                     help="samples per process and round (default %(default)d)")
     ap.add_argument("--time-budget", type=positive_seconds, default=d.time_budget_s,
@@ -144,7 +147,8 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
                        max_rounds=max(args.max_rounds, args.rounds), round_samples=args.round_samples,
                        time_budget_s=args.time_budget, benchmark_budget_s=args.benchmark_budget,
                        settings=RuleSettings(floor=floor), timeout_s=args.case_timeout, timer=args.timer,
-                       plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed)
+                       plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed,
+                       max_resident=args.max_resident)
         runner = AbRunner(*sides, cfg)
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

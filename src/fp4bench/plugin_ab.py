@@ -36,6 +36,9 @@ def addoption(group: Any) -> None:
     group.addoption("--fp4-ab-time-budget", type=float, default=600.0,
                     help="with --fp4-ab-against: seconds for the whole A/B run; undecided benchmarks get more "
                          "rounds only while it fits (default 600)")
+    group.addoption("--fp4-ab-max-resident", type=int, default=None,
+                    help="with --fp4-ab-against: at most this many processes hold one benchmark at once; beyond it "
+                         "the process pairs take turns (default: as many as the GPU's free memory holds)")
     group.addoption("--fp4-ab-round-samples", type=int, default=10,
                     help="with --fp4-ab-against: samples per round (default 10)")
 
@@ -119,6 +122,9 @@ class AbPlugin:
         self.env_a = _env_pairs(config.getoption("fp4_ab_env"))
         rounds, samples = config.getoption("fp4_ab_rounds"), config.getoption("fp4_ab_round_samples")
         reps, budget = config.getoption("fp4_ab_replicates"), config.getoption("fp4_ab_time_budget")
+        resident = config.getoption("fp4_ab_max_resident")
+        if resident is not None and resident < 2:
+            raise pytest.UsageError(f"--fp4-ab-max-resident: need at least 2 (one process of each side), got {resident}")
         if rounds < 2 or samples < 3 or reps < 2 or not 0 < budget < float("inf"):
             raise pytest.UsageError(f"need --fp4-ab-rounds >= 2, --fp4-ab-round-samples >= 3, --fp4-ab-replicates >= 2 "
                                     f"and --fp4-ab-time-budget > 0, got {rounds}, {samples}, {reps}, {budget}")
@@ -161,7 +167,8 @@ class AbPlugin:
                        max_rounds=max(rounds, AbConfig.max_rounds), time_budget_s=opt("fp4_ab_time_budget"),
                        settings=RuleSettings(floor=st.policy.floor),
                        round_samples=opt("fp4_ab_round_samples"), timeout_s=opt("fp4_case_timeout"),
-                       plugins=tuple(opt("fp4_plugin")), cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"))
+                       plugins=tuple(opt("fp4_plugin")), cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
+                       max_resident=opt("fp4_ab_max_resident"))
         verbose = self.config.get_verbosity() > 0
         runner = AbRunner(Side(item.against, self.env_a), Side(sys.executable), cfg,
                           progress=self._echo if verbose else (lambda line: None))

@@ -13,6 +13,10 @@ class AbDefaults:
     rounds: int = 6  # rounds every benchmark gets
     round_samples: int = 10  # replays per process and round
     max_rounds: int = 16  # rounds an undecided benchmark may grow to
+    #: process pairs an undecided benchmark may add, one at a time, when its processes disagree
+    #: more than their rounds scatter: up to 6 processes a side, what the simulation test
+    #: (tests/test_rule_simulation.py) needs for a +3 % change to FAIL in >= 95 % of benchmarks
+    extra_pairs: int = 3
     time_budget_s: float = 600.0  # the whole run
     benchmark_budget_s: float = 30.0  # added measurement per benchmark
     timeout_s: float = 900.0  # one request before it is a hang

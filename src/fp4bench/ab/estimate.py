@@ -9,6 +9,13 @@ independent replicates: ``gate.rule.estimate(A's m_p, B's m_p, log=True)`` gives
 ``exp(delta) - 1`` of B against A with the between-process spread as its error term, and
 ``gate.rule.decide`` turns it into FAIL / PASS / MORE / AMBIGUOUS.
 
+When the slots take turns (``ab.schedule.turns``: the GPU cannot hold every process's copy of
+a large benchmark at once), A and B of one slot share their rounds but the slots do not, and
+centring within a round of two processes makes A's and B's offsets mirror images: they are
+not independent replicates any more. ``ab_estimate_paired`` then uses one number per slot, the
+mean of ``log(B round) - log(A round)`` over the rounds both took part in, and the spread
+between slots as the error term (``gate.rule.estimate_paired``).
+
 ``m_p`` is also what names a bias: on an unchanged stack each process's offset should be
 noise around 0, and a pattern that follows the start or allocation order instead of the side
 (e.g. the first-started process of every pair faster) is an effect of placement, not of the
@@ -83,6 +90,41 @@ def ab_estimate(rounds: Mapping[str, Mapping[int, float]], side_of: Mapping[str,
     mean_rounds = sum(len(v) for v in cen.values()) / len(cen)
     return AbEstimate(est, rule.decide(est, settings, budget_left=budget_left), m, between,
                       within / mean_rounds)
+
+
+def ab_estimate_paired(rounds: Mapping[str, Mapping[int, float]], side_of: Mapping[str, str],
+                       slot_of: Mapping[str, int], settings: rule.RuleSettings, *,
+                       budget_left: bool) -> AbEstimate | None:
+    """The verdict of one benchmark measured in turns (module docstring); None when fewer than
+    ``MIN_REPLICATES`` slots have an A and a B process with ``MIN_ROUNDS`` rounds in common."""
+    use = usable(rounds)
+    m = offsets(use)
+    per_slot: dict[int, dict[str, str]] = {}
+    for p in use:
+        per_slot.setdefault(slot_of[p], {})[side_of[p]] = p
+    diffs: list[float] = []
+    resid: list[float] = []
+    n_rounds: list[int] = []
+    for slot in sorted(per_slot):
+        pa, pb = per_slot[slot].get("A"), per_slot[slot].get("B")
+        if pa is None or pb is None:
+            continue
+        common = sorted(set(use[pa]) & set(use[pb]))
+        if len(common) < MIN_ROUNDS:
+            continue
+        dr = [math.log(use[pb][r]) - math.log(use[pa][r]) for r in common]
+        d = sum(dr) / len(dr)
+        diffs.append(d)
+        resid += [x - d for x in dr]
+        n_rounds.append(len(dr))
+    if len(diffs) < MIN_REPLICATES:
+        return None
+    est = rule.estimate_paired(diffs, settings)
+    between = _ss(diffs) / (len(diffs) - 1)
+    dof = len(resid) - len(diffs)
+    within = sum(x * x for x in resid) / dof if dof > 0 else 0.0
+    return AbEstimate(est, rule.decide(est, settings, budget_left=budget_left), m, between,
+                      within / (sum(n_rounds) / len(n_rounds)))
 
 
 def _ss(x: list[float]) -> float:

@@ -29,6 +29,10 @@ from fp4bench.textfit import common_prefix, fit_table, wrap_line
 
 WRONG_OUTPUT = "wrong output"
 LOST_WORKER = "worker lost"
+FAILED_ON_BOTH = "failed on both"
+TOO_FEW = "too few replicates"
+#: the kinds of a benchmark left unjudged: the run is incomplete (exit 3), never a pass
+NOT_JUDGED = (LOST_WORKER, FAILED_ON_BOTH, TOO_FEW)
 #: the kinds whose status comes from the replicate rule
 _TIMED = (TIMING, KERNEL_CHANGE, DISPATCH)
 
@@ -75,7 +79,7 @@ def _ruled(v: Verdict, p: Paired | None, settings: rule.RuleSettings) -> Verdict
     crashed = f"; crashed: {', '.join(c.proc for c in p.crashes)} (dropped)" if p.crashes else ""
     common = dict(p_value=None, p_adjusted=None, noise=None, floor=settings.floor)
     if p.estimate is None:
-        return dataclasses.replace(v, status=Status.AMBIGUOUS, kind=LOST_WORKER if p.crashes else v.kind,
+        return dataclasses.replace(v, status=Status.AMBIGUOUS, kind=LOST_WORKER if p.crashes else TOO_FEW,
                                    undecided=True, **common,
                                    reason=f"not judged: fewer than {MIN_REPLICATES} usable processes per side"
                                           + crashed)
@@ -157,9 +161,11 @@ def telemetry_line(summary: dict[str, dict[str, Any] | None]) -> str:
 def _named(p: Paired) -> Verdict | None:
     """A benchmark that was not timed on both sides, as a verdict (None: skipped on both)."""
     a, b = p.a, p.b
+    if a.status == b.status == "failed":  # nothing says B is worse than A: not judged, not a pass
+        return Verdict(p.name, Status.AMBIGUOUS, kind=FAILED_ON_BOTH, undecided=True,
+                       reason=f"not judged, failed on both sides; A: {a.reason}; B: {b.reason}")
     if b.status == "failed":
-        was = "also failed on A" if a.status == "failed" else f"A: {a.status}"
-        return Verdict(p.name, Status.FAIL, kind=WRONG_OUTPUT, reason=f"B: {b.reason} ({was})")
+        return Verdict(p.name, Status.FAIL, kind=WRONG_OUTPUT, reason=f"B: {b.reason} (A: {a.status})")
     if "lost" in (a.status, b.status):
         lost = [f"{s.upper()}: {x.reason}" for s, x in (("a", a), ("b", b)) if x.status == "lost"]
         return Verdict(p.name, Status.AMBIGUOUS, kind=LOST_WORKER, undecided=True,
@@ -188,15 +194,17 @@ def outcome(run: AbRun, result: CompareResult) -> tuple[int, str]:
     nothing was judged, a benchmark was left unjudged (a lost worker) or the run was interrupted
     (unless ``allow_missing``); else 0."""
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
-    unjudged = [v.name for v in result.verdicts if v.kind == LOST_WORKER]
-    if any(result.is_failure(v) for v in result.verdicts if v.kind != LOST_WORKER):
+    unjudged = [v for v in result.verdicts if v.kind in NOT_JUDGED]
+    why_not = ", ".join(f"{sum(v.kind == k for v in unjudged)} {k}" for k in NOT_JUDGED
+                        if any(v.kind == k for v in unjudged))
+    if any(result.is_failure(v) for v in result.verdicts if v.kind not in NOT_JUDGED):
         return 1, f"{counts} → regression (exit 1)"
     if not judged(result):
         why = "nothing judged: no benchmark was timed on both sides" + (
-            f" ({len(unjudged)} not judged, worker lost)" if unjudged else "")
+            f" ({len(unjudged)} not judged: {why_not})" if unjudged else "")
         return 3, f"{counts + '; ' if counts else ''}{why} → incomplete (exit 3)"
     if unjudged or (run.not_reached and not result.policy.allow_missing):
-        why = "; ".join(x for x in (f"{len(unjudged)} not judged (worker lost)" if unjudged else "",
+        why = "; ".join(x for x in (f"{len(unjudged)} not judged ({why_not})" if unjudged else "",
                                     f"{len(run.not_reached)} not reached" if run.not_reached else "") if x)
         return 3, f"{counts}; {why} → incomplete (exit 3)"
     return 0, f"{counts} → no regression (exit 0)"
@@ -250,7 +258,7 @@ def report(run: AbRun, result: CompareResult) -> str:
              "prepare + check (JIT build/load included, never timed): "
              + ", ".join(f"{s} {run.check_seconds[s]:.1f} s" for s in ("A", "B"))]
     lines += wrap_line(f"rule: floor {st.floor * 100:g}%, guard band {math.expm1(st.threshold) * 100:.2g}% "
-                       f"(margin {st.margin:g}), {st.confidence:.0%} one-sided bounds on the mean of "
+                       f"(margin {st.margin:g}), {st.confidence * 100:g}% one-sided bounds on the mean of "
                        f"per-process round-centred log times; {len(run.processes)} processes, "
                        f"wall {run.wall_s:.0f} s")
     for side, found in sorted(run.test_only.items()):
@@ -259,7 +267,14 @@ def report(run: AbRun, result: CompareResult) -> str:
     for c in run.crashes:
         lines += wrap_line(f"CRASH: process {c.proc} (side {c.side}) lost during {c.during} {c.benchmark}: "
                            f"{c.reason.splitlines()[0][:200]}")
-    lines += wrap_line(telemetry_line(telemetry_summary(run))) + [""]
+    lines += wrap_line(telemetry_line(telemetry_summary(run)))
+    taking_turns = [p for p in run.pairs if p.turns]
+    if taking_turns:
+        lines += wrap_line(f"in turns ({len(taking_turns)} benchmarks): the GPU could not hold every process's copy at "
+                           f"once, so the slots took turns and Δ is the mean per-slot log-ratio: "
+                           + ", ".join(f"{p.name} ({len(p.turns)} turns)" for p in taking_turns[:3])
+                           + (" ..." if len(taking_turns) > 3 else ""))
+    lines.append("")
     offs = process_offsets(run)
     if offs:
         lines.append("per-process offsets (median over benchmarks of exp(m_p) - 1; a pattern that follows the "
@@ -287,7 +302,7 @@ def report(run: AbRun, result: CompareResult) -> str:
         rounds = str(len(p.order)) if p is not None and p.order else "-"
         rows.append([label, v.name.removeprefix(prefix), format_seconds(v.base_median), format_seconds(v.new_median),
                      _interval(v, p), reps, rounds, v.reason])
-    lines += fit_table(["verdict", "benchmark", "A", "B", f"Δ [{st.confidence:.0%} bounds]", "procs", "rounds",
+    lines += fit_table(["verdict", "benchmark", "A", "B", f"Δ [{st.confidence * 100:g}% bounds]", "procs", "rounds",
                         "notes"], rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
     both = skipped_on_both(run)
     if both:
@@ -319,6 +334,9 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
             "name": v.name, "status": v.status.value, "kind": v.kind, "delta_pct": v.pct,
             "interval_pct": list(e.est.interval_pct) if e else None, "decision": e.decision.value if e else None,
             "stopped": p.stopped if p else None,
+            # the processes of each turn when the slots took turns (device memory), else None
+            "turns": [list(t) for t in p.turns] or None if p else None,
+            "memory_bytes": p.memory if p else None, "resident_capacity": p.capacity if p else None,
             "between_var": e.between_var if e else None, "within_var_of_mean": e.within_var_of_mean if e else None,
             "a_median_s": v.base_median, "b_median_s": v.new_median, "n_a": v.n_base, "n_b": v.n_new,
             "reason": v.reason, "round_order": [list(o) for o in p.order] if p else None,

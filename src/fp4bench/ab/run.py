@@ -11,6 +11,14 @@ live process with a fixed sample count. After ``rounds`` rounds the benchmark is
 when the processes disagree more than their rounds scatter, one more process pair joins for
 that benchmark.
 
+Device memory: the first process to capture a benchmark reports its memory peak and the GPU's
+free memory (``worker.child.device_memory``); when the other processes would not fit beside it
+(``schedule.resident_capacity``, or ``--max-resident``) the slots take turns (``schedule.turns``),
+each turn timed in its own rounds and released before the next one captures, and the benchmark is
+estimated per slot (``ab.estimate.ab_estimate_paired``). Between benchmarks of different
+problems every process releases its cached operands and references, so an idle process holds
+only its CUDA context.
+
 A process that dies, hangs or poisons its context is named (``AbRun.crashes``); its part of the
 benchmark it was on is dropped (never judged on the rounds it finished), and a fresh process of
 the same side takes its slot when the budget allows.
@@ -25,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Collection
 
 from fp4bench.ab.defaults import DEFAULTS
-from fp4bench.ab.estimate import MIN_REPLICATES, AbEstimate, ab_estimate
-from fp4bench.ab.schedule import SIDES, alloc_order, round_order, start_order
+from fp4bench.ab.estimate import MIN_REPLICATES, AbEstimate, ab_estimate, ab_estimate_paired
+from fp4bench.ab.schedule import SIDES, alloc_order, resident_capacity, round_order, start_order, turns
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.sweep import SweepOptions
 from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
@@ -54,8 +62,11 @@ class AbConfig:
     max_rounds: int = DEFAULTS.max_rounds
     #: rounds added at a time while undecided
     more_rounds: int = 4
-    #: one more process pair may join an undecided benchmark whose processes disagree
-    extra_pairs: int = 1
+    #: process pairs that may join an undecided benchmark whose processes disagree, one at a time
+    extra_pairs: int = DEFAULTS.extra_pairs
+    #: at most this many processes hold one benchmark at once (None: as many as the GPU's
+    #: free memory allows, read from the first process's capture)
+    max_resident: int | None = None
     #: seconds for the whole run: rounds and processes are added only while the run's elapsed
     #: time plus the base cost of the benchmarks still to come stays within it
     time_budget_s: float = DEFAULTS.time_budget_s
@@ -80,6 +91,8 @@ class AbConfig:
                              f"{self.max_rounds}, {self.more_rounds}")
         if self.round_samples < 3:
             raise ValueError(f"--round-samples: need at least 3, got {self.round_samples}")
+        if self.max_resident is not None and self.max_resident < 2:
+            raise ValueError(f"--max-resident: need at least 2 (one process of each side), got {self.max_resident}")
         for name in ("time_budget_s", "benchmark_budget_s", "timeout_s"):
             v = getattr(self, name)
             if not (v == v and v >= 0) or (name == "timeout_s" and not v > 0):
@@ -154,6 +167,12 @@ class Paired:
     crashes: list[Crash] = field(default_factory=list)
     #: set when the processes' operand digests differ: which processes share which digest
     digest_mismatch: str = ""
+    #: the processes of each turn when the slots took turns (device memory); empty: all at once
+    turns: list[list[str]] = field(default_factory=list)
+    #: the first capturing process's memory report (bytes: peak, free, total); None off CUDA
+    memory: dict[str, int] | None = None
+    #: processes that may hold this benchmark at once (``schedule.resident_capacity``); None: no limit
+    capacity: int | None = None
 
 
 @dataclass
@@ -181,6 +200,25 @@ def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
 
     return {"device": cfg.device, "plugins": list(cfg.plugins) + list(side.plugins),
             "timing": asdict(TimingConfig()), "cold_l2": cfg.cold_l2, "seed": cfg.seed}
+
+
+def _problem_of(by_side: dict, name: str) -> str | None:
+    """The benchmark's problem as listed (either side), to tell when the next one changes it."""
+    import json
+
+    for s in SIDES:
+        e = by_side[s].get(name)
+        if e is not None:
+            return json.dumps(e["case"].get("problem"), sort_keys=True)
+    return None
+
+
+def _memory_line(memory: dict[str, int] | None) -> str:
+    if not memory:
+        return "memory: no report"
+    gib = 1 << 30
+    return (f"memory: {memory['peak'] / gib:.1f} GiB per process, {memory['free'] / gib:.1f} of "
+            f"{memory['total'] / gib:.1f} GiB free beside the first")
 
 
 def round_median(samples: list[float]) -> float:
@@ -295,7 +333,9 @@ class AbRunner:
         interrupted = False
         try:
             for i, name in enumerate(names, 1):
-                p = self._one(name, by_side, i - 1, f"{i}/{len(names)}", len(names) - i)
+                nxt = _problem_of(by_side, names[i]) if i < len(names) else None
+                p = self._one(name, by_side, i - 1, f"{i}/{len(names)}", len(names) - i,
+                              release=nxt != _problem_of(by_side, name))
                 check_s["A"] += p.a.check_s
                 check_s["B"] += p.b.check_s
                 pairs.append(p)
@@ -311,7 +351,10 @@ class AbRunner:
                      settings=self.cfg.settings, wall_s=self._elapsed(),
                      known_backends={s: sorted(listed[s]["versions"]) for s in SIDES})
 
-    def _one(self, name: str, by_side: dict, index: int, where: str, remaining: int) -> Paired:
+    def _one(self, name: str, by_side: dict, index: int, where: str, remaining: int, *,
+             release: bool = True) -> Paired:
+        """One benchmark on every process (or in turns); ``release``: the next benchmark is of
+        another problem, so every process releases its cached operands afterwards."""
         t_start = time.monotonic()
         res = {s: SideResult() for s in SIDES}
         entries = {s: by_side[s].get(name) for s in SIDES}
@@ -327,16 +370,22 @@ class AbRunner:
         parts: dict[str, ProcPart] = {}
         extra: list[str] = []
         crashes0 = len(self.crashes)
-        for pid in alloc_order(self._slot_tuples(), index):
-            self._join(pid, name, entries, parts, res, where)
-        self._rounds(pair, name, entries, parts, res, where, index, remaining, t_start, extra)
+        order = alloc_order(self._slot_tuples(), index)
+        pair.memory = self._join(order[0], name, entries, parts, res, where, memory=True)
+        pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
+        groups = turns(self._slot_tuples(), pair.capacity)
+        if len(groups) <= 1:
+            for pid in order[1:]:
+                if res[self.info[pid].side].status != "failed":  # one failed check per side is enough
+                    self._join(pid, name, entries, parts, res, where)
+            self._rounds(pair, name, entries, parts, res, where, index, remaining, t_start, extra)
+        else:
+            self._in_turns(pair, groups, name, entries, parts, res, where, index, remaining, t_start, extra)
         self._finish(pair, parts)
+        release = release or bool(pair.turns)
         for pid in list(self.workers):
-            if pid in parts and parts[pid].status == "measured":
-                try:
-                    self._ask(pid, {"op": "drop"}, "drop")
-                except WorkerLost as exc:
-                    self._lost(pid, name, "drop after", exc)
+            if pid in parts or release:
+                self._drop(pid, name, release)
         for pid in extra:
             self._retire(pid)
         pair.parts = list(parts.values())
@@ -379,12 +428,92 @@ class AbRunner:
                 pair.stopped = ("decided" if est.decision is not Decision.AMBIGUOUS
                                 else "time budget spent" if not budget else f"{cfg.max_rounds} rounds")
                 return
-            if est.spread_dominates and len(extra) < 2 * cfg.extra_pairs:
+            resident = sum(1 for p in parts.values() if p.status == "measured")
+            fits = pair.capacity is None or resident + 2 <= pair.capacity
+            if est.spread_dominates and len(extra) < 2 * cfg.extra_pairs and fits:
                 extra += self._extra_pair(name, entries, parts, res, where)
 
+    def _in_turns(self, pair: Paired, groups: list[list[int]], name: str, entries: dict,
+                  parts: dict[str, ProcPart], res: dict[str, SideResult], where: str, index: int, remaining: int,
+                  t_start: float, extra: list[str]) -> None:
+        """The slots in turns (module docstring): each pass gives every turn its rounds (the base
+        rounds, then ``more_rounds`` while the rule says MORE), a turn's processes capture at its
+        start and release at its end; one more slot joins as its own turn when the slots
+        disagree more than their rounds scatter."""
+        cfg = self.cfg
+        r, passes, per_slot = 0, 0, 0
+        resident = {p for p in parts if parts[p].status == "measured"}  # the first process, captured
+        self.progress(f"{where} {name}: {_memory_line(pair.memory)}; {len(groups)} turns of "
+                      f"{len(groups[0])} slot{'s' if len(groups[0]) > 1 else ''}")
+        while True:
+            n = cfg.rounds if passes == 0 else cfg.more_rounds
+            for g in groups:
+                group = [i for i in g if i < len(self.slots)]
+                for pid in alloc_order([(self.slots[i][0], self.slots[i][1]) for i in group], index):
+                    if res[self.info[pid].side].status == "failed":
+                        continue
+                    if pid not in parts:
+                        self._join(pid, name, entries, parts, res, where)
+                    elif parts[pid].status == "measured" and pid not in resident:
+                        try:
+                            self._capture(pid, name, entries, parts[pid], res[self.info[pid].side])
+                        except WorkerLost as exc:
+                            parts[pid].status, parts[pid].reason, parts[pid].rounds = "lost", str(exc), {}
+                            self._lost(pid, name, "re-capture of", exc)
+                            self._replace(self.info[pid], name, entries, parts, res, where)
+                resident |= {p for i in group for p in self.slots[i] if p in parts and parts[p].status == "measured"}
+                if any(res[s].status == "failed" for s in SIDES):
+                    pair.stopped = "a check failed"
+                    return
+                turn: list[str] = []
+                for _ in range(n):
+                    slots = [(self.slots[i][0], self.slots[i][1]) for i in group if i < len(self.slots)]
+                    order = [p for p in round_order(slots, r) if p in parts and parts[p].status == "measured"]
+                    for pid in order:
+                        self._round(pid, r, name, entries, parts, res, where)
+                    pair.order.append(order)
+                    turn += [p for p in order if p not in turn]
+                    r += 1
+                if passes == 0:
+                    pair.turns.append(turn)
+                for pid in [p for p in resident if p in self.workers]:
+                    self._drop(pid, name, release=True)
+                resident.clear()
+            passes += 1
+            per_slot += n
+            if passes == 1:
+                t_base = time.monotonic()
+                self._base_costs.append(t_base - t_start)
+            budget = self._budget_left(remaining) and time.monotonic() - t_base < cfg.benchmark_budget_s
+            can_more = budget and per_slot < cfg.max_rounds
+            est = pair.estimate = self._estimate(parts, budget_left=can_more, paired=True)
+            if est is None:
+                whole = sum(1 for slot in self.slots if all(p in parts and parts[p].status == "measured" for p in slot))
+                pair.stopped = "too few replicates"
+                if whole < MIN_REPLICATES or not can_more:
+                    return
+                continue
+            if est.decision is not Decision.MORE:
+                pair.stopped = ("decided" if est.decision is not Decision.AMBIGUOUS
+                                else "time budget spent" if not budget else f"{cfg.max_rounds} rounds")
+                return
+            if est.spread_dominates and len(extra) < 2 * cfg.extra_pairs:
+                got = self._extra_pair(name, entries, parts, res, where)
+                extra += got
+                if got:
+                    groups = groups + [[self.info[got[0]].slot]]
+                    resident |= set(got)
+
+    def _drop(self, pid: str, name: str, release: bool) -> None:
+        try:
+            self._ask(pid, {"op": "drop", "release": release}, "drop")
+        except WorkerLost as exc:
+            self._lost(pid, name, "drop after", exc)
+
     def _join(self, pid: str, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
-              where: str) -> None:
-        """Check and capture ``name`` on process ``pid`` (a replacement when it dies)."""
+              where: str, *, memory: bool = False) -> dict[str, int] | None:
+        """Check and capture ``name`` on process ``pid`` (a replacement when it dies); with
+        ``memory``, the process's memory report after the capture."""
         info = self.info[pid]
         part = parts[pid] = ProcPart(pid, info.side, info.slot, len(parts))
         side = res[info.side]
@@ -401,28 +530,35 @@ class AbRunner:
             if part.status != "measured":
                 side.status, side.reason = part.status, part.reason
                 side.extra_info = dict(reply.get("extra_info") or {})
-                return
+                return None
             if not side.extra_info:
                 side.extra_info = dict(reply.get("extra_info") or {})
                 side.digest = part.digest
-            # the capture (warm-up, sizing, CUDA graph): once per process, in allocation order. In
-            # span mode every process profiles it (the kernel names are kept from the first of each
-            # side): a process that has run the profiler stays slower for the rest of its life
-            # (on an H200, +1.5 to +4 % on µs-scale kernels, docs/results-h200.md run 16), so
-            # profiling only one process per side made that process an outlier of its side
-            names = self.cfg.timer == "span"
-            reply = self._ask(pid, {"op": "time", "case": case, "samples": 3, "kernel_time": names},
-                              f"capture {name}")
-            if reply.get("status") != "measured":
-                part.status, part.reason = "failed", f"while capturing: {reply.get('reason')}"
-                side.status, side.reason = "failed", part.reason
-                return
-            if names and "kernels" not in side.extra_info:
-                side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
+            return self._capture(pid, name, entries, part, side, memory=memory)
         except WorkerLost as exc:
             part.status, part.reason = "lost", str(exc)
             self._lost(pid, name, "check/capture of", exc)
             self._replace(info, name, entries, parts, res, where)
+        return None
+
+    def _capture(self, pid: str, name: str, entries: dict, part: ProcPart, side: SideResult, *,
+                 memory: bool = False) -> dict[str, int] | None:
+        """Warm up, size and capture ``name`` on ``pid`` (``WorkerLost`` to the caller)."""
+        # the capture (warm-up, sizing, CUDA graph): once per process, in allocation order. In
+        # span mode every process profiles it (the kernel names are kept from the first of each
+        # side): a process that has run the profiler stays slower for the rest of its life
+        # (on an H200, +1.5 to +4 % on µs-scale kernels, docs/results-h200.md run 16), so
+        # profiling only one process per side made that process an outlier of its side
+        names = self.cfg.timer == "span"
+        reply = self._ask(pid, {"op": "time", "case": entries[part.side]["case"], "samples": 3,
+                                "kernel_time": names, "memory": memory}, f"capture {name}")
+        if reply.get("status") != "measured":
+            part.status, part.reason = "failed", f"while capturing: {reply.get('reason')}"
+            side.status, side.reason = "failed", part.reason
+            return None
+        if names and "kernels" not in side.extra_info:
+            side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
+        return reply.get("memory")
 
     def _replace(self, info: ProcInfo, name: str, entries: dict, parts: dict[str, ProcPart],
                  res: dict[str, SideResult], where: str) -> None:
@@ -488,10 +624,13 @@ class AbRunner:
         while self.slots and self.slots[-1] == [None, None]:
             self.slots.pop()
 
-    def _estimate(self, parts: dict[str, ProcPart], *, budget_left: bool) -> AbEstimate | None:
+    def _estimate(self, parts: dict[str, ProcPart], *, budget_left: bool, paired: bool = False) -> AbEstimate | None:
         rounds = {p.proc: p.rounds for p in parts.values() if p.status == "measured"}
-        return ab_estimate(rounds, {p.proc: p.side for p in parts.values()}, self.cfg.settings,
-                           budget_left=budget_left)
+        side_of = {p.proc: p.side for p in parts.values()}
+        if paired:
+            return ab_estimate_paired(rounds, side_of, {p.proc: p.slot for p in parts.values()}, self.cfg.settings,
+                                      budget_left=budget_left)
+        return ab_estimate(rounds, side_of, self.cfg.settings, budget_left=budget_left)
 
     def _finish(self, pair: Paired, parts: dict[str, ProcPart]) -> None:
         """Each side's status: measured when its processes gave usable replicates, failed on a

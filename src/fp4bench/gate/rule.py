@@ -153,11 +153,18 @@ def estimate_paired(diffs: Sequence[float], settings: RuleSettings, *, what: str
     d = [float(x) for x in diffs]
     if not d or not all(math.isfinite(x) for x in d):
         raise ValueError(f"{what}: need at least one finite paired log-ratio, got {d!r}")
-    x = np.array([d])
+    delta, lo, hi, se, df, sep = bounds_paired(np.array([d]), settings)
+    return Estimate(float(delta[0]), float(lo[0]), float(hi[0]), float(se[0]), df, len(d), len(d), bool(sep[0]))
+
+
+def bounds_paired(diffs: np.ndarray, settings: RuleSettings):
+    """``estimate_paired`` for many benchmarks at once: ``diffs`` (benchmarks, pairs) of paired
+    log-ratios. Returns what ``bounds`` returns; ``separated``: every pair's ratio above 0."""
+    x = np.asarray(diffs, dtype=float)
     delta = x.mean(axis=1)
     ss = ((x - delta[:, None]) ** 2).sum(axis=1)
-    _, lo, hi, se, df = _bounded(delta, ss, len(d) - 1, 1.0 / len(d), settings)
-    return Estimate(float(delta[0]), float(lo[0]), float(hi[0]), float(se[0]), df, len(d), len(d), min(d) > 0)
+    _, lo, hi, se, df = _bounded(delta, ss, x.shape[1] - 1, 1.0 / x.shape[1], settings)
+    return delta, lo, hi, se, df, x.min(axis=1) > 0
 
 
 def bounds(base_log: np.ndarray, new_log: np.ndarray, settings: RuleSettings):

@@ -83,6 +83,10 @@ class Child:
         if isinstance(got, CaseResult):
             return protocol.encode_result(got)
         backend, problem, tactic = got
+        if self.device.type == "cuda":  # the capture's ``memory`` reply is this case's peak
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)
         res = self.runner.run(backend, problem, tactic, measure=False)
         out = protocol.encode_result(res)
         ops = self.runner.operands(problem, backend.act_format, backend.weight_format)
@@ -95,7 +99,8 @@ class Child:
         The case is warmed up, sized and captured on its first round and replayed as captured in
         every later round until ``drop``, so a round costs its samples, not a capture.
         ``kernel_time`` (default: the worker's timing config) picks CUPTI busy time or the event
-        span of each replay."""
+        span of each replay. ``memory``: also report this process's device-memory peak since its
+        last ``check`` and the GPU's free memory after the capture (``device_memory``)."""
         from fp4bench.measure.timing import prime_gpu, time_cpu, time_gpu
 
         key = json.dumps(req["case"], sort_keys=True)
@@ -121,6 +126,8 @@ class Child:
         out = {"status": "measured", "reason": "", "timing": protocol.finite(dataclasses.asdict(t))}
         if tel is not None and tel.result is not None:
             out["telemetry"] = protocol.finite(tel.result.to_extra_info())  # the keys a pytest case records
+        if req.get("memory"):
+            out["memory"] = device_memory(self.device)
         return out
 
     def _sampler(self):
@@ -152,8 +159,13 @@ class Child:
                            "skip_reason": c.skip_reason, "note": c.note} for c in specs]}
 
     def drop(self, req: dict[str, Any]) -> dict[str, Any]:
-        self.runner.drop_prepared()
+        """Forget the captured case; ``release``: also every cached operand set and reference,
+        with the freed device memory handed back (another process needs it next)."""
         self._calls = {}
+        if req.get("release"):
+            self.runner.release()
+        else:
+            self.runner.drop_prepared()
         return {"status": "dropped"}
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -178,6 +190,20 @@ class Child:
             if health:
                 out.update(status=FAILED, reason=f"CUDA context poisoned after this case: {health}", fatal=health)
         return out
+
+
+def device_memory(device: Any) -> dict[str, int] | None:
+    """``{"peak": bytes, "free": bytes, "total": bytes}``: the most this process's allocator held
+    since the peak was last reset (what another process running the same case needs), and the
+    GPU's free and total memory after the cached blocks this process no longer uses went back to
+    the driver. None off CUDA."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    return {"peak": int(torch.cuda.max_memory_reserved(device)), "free": int(free), "total": int(total)}
 
 
 def operand_digest(ops: Any) -> str:
