@@ -170,9 +170,12 @@ class CaseRunner:
     def release(self) -> None:
         """Forget every cached operand set, reference and prepared layout and hand the freed
         device memory back to the driver, so another process on this GPU can use it."""
+        import gc
+
         self.drop_prepared()
         self._ops.clear()
         self._refs.clear()
+        gc.collect()  # a reference cycle (a traceback, a closure) must not keep a released copy
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 

@@ -67,6 +67,10 @@ class AbConfig:
     #: at most this many processes hold one benchmark at once (None: as many as the GPU's
     #: free memory allows, read from the first process's capture)
     max_resident: int | None = None
+    #: "round": every round after a process's first times the case in fresh device memory
+    #: (``worker.child.Child.time``, ``place``), so a process averages over placements;
+    #: "process": one placement per process and benchmark
+    placement: str = "round"
     #: seconds for the whole run: rounds and processes are added only while the run's elapsed
     #: time plus the base cost of the benchmarks still to come stays within it
     time_budget_s: float = DEFAULTS.time_budget_s
@@ -91,6 +95,8 @@ class AbConfig:
                              f"{self.max_rounds}, {self.more_rounds}")
         if self.round_samples < 3:
             raise ValueError(f"--round-samples: need at least 3, got {self.round_samples}")
+        if self.placement not in ("round", "process"):
+            raise ValueError(f"--placement: expected round or process, got {self.placement!r}")
         if self.max_resident is not None and self.max_resident < 2:
             raise ValueError(f"--max-resident: need at least 2 (one process of each side), got {self.max_resident}")
         for name in ("time_budget_s", "benchmark_budget_s", "timeout_s"):
@@ -127,6 +133,8 @@ class ProcPart:
     digest: str | None = None
     #: round index -> median seconds of that round's samples
     rounds: dict[int, float] = field(default_factory=dict)
+    #: captured and not timed since: the next round uses this placement as it is
+    fresh: bool = False
     samples: list[float] = field(default_factory=list)
 
 
@@ -374,6 +382,17 @@ class AbRunner:
         pair.memory = self._join(order[0], name, entries, parts, res, where, memory=True)
         pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
         groups = turns(self._slot_tuples(), pair.capacity)
+        if len(groups) > 1 and order[0] in self.workers and parts[order[0]].status == "measured":
+            # idle processes may still hold cached operands of earlier benchmarks: release them
+            # and read the free memory again, so the turns are sized on what the GPU really has
+            for pid in [p for p in self.workers if p not in parts]:
+                self._drop(pid, name, release=True)
+            try:
+                pair.memory = self._ask(order[0], {"op": "memory"}, "memory").get("memory") or pair.memory
+            except WorkerLost as exc:
+                self._lost(order[0], name, "memory report of", exc)
+            pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
+            groups = turns(self._slot_tuples(), pair.capacity)
         if len(groups) <= 1:
             for pid in order[1:]:
                 if res[self.info[pid].side].status != "failed":  # one failed check per side is enough
@@ -506,9 +525,13 @@ class AbRunner:
 
     def _drop(self, pid: str, name: str, release: bool) -> None:
         try:
-            self._ask(pid, {"op": "drop", "release": release}, "drop")
+            reply = self._ask(pid, {"op": "drop", "release": release}, "drop")
         except WorkerLost as exc:
             self._lost(pid, name, "drop after", exc)
+            return
+        held = reply.get("held_bytes") or 0
+        if held > 2 << 30:
+            self.progress(f"[{pid}] still holds {held / (1 << 30):.1f} GiB after releasing {name}")
 
     def _join(self, pid: str, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
               where: str, *, memory: bool = False) -> dict[str, int] | None:
@@ -558,6 +581,7 @@ class AbRunner:
             return None
         if names and "kernels" not in side.extra_info:
             side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
+        part.fresh = True
         return reply.get("memory")
 
     def _replace(self, info: ProcInfo, name: str, entries: dict, parts: dict[str, ProcPart],
@@ -577,8 +601,10 @@ class AbRunner:
         info, part = self.info[pid], parts[pid]
         side = res[info.side]
         cupti = self.cfg.timer == "cupti"
+        place = self.cfg.placement == "round" and not part.fresh
+        part.fresh = False
         try:
-            reply = self._ask(pid, {"op": "time", "case": entries[info.side]["case"],
+            reply = self._ask(pid, {"op": "time", "case": entries[info.side]["case"], "place": place,
                                     "samples": self.cfg.round_samples, "kernel_time": cupti}, f"timing {name}")
         except WorkerLost as exc:
             part.status, part.reason, part.rounds, part.samples = "lost", str(exc), {}, []

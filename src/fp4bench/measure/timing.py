@@ -220,9 +220,11 @@ class Primed:
 
 
 def prime_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device,
-               no_graph_reason: str | None = None) -> Primed:
+               no_graph_reason: str | None = None, sized: Primed | None = None) -> Primed:
     """Warm ``fns`` up off the default stream (JIT, autotune, allocator), estimate one call, size
-    a sample and capture it (graph mode) or line it up back to back (events mode)."""
+    a sample and capture it (graph mode) or line it up back to back (events mode). ``sized``: an
+    earlier priming of the same case whose estimate and calls per sample are kept (the case in
+    fresh memory is captured again, not sized again: its samples stay comparable)."""
     if not fns:
         raise ValueError("time_gpu needs at least one callable")
     stream = torch.cuda.Stream(device)
@@ -231,8 +233,11 @@ def prime_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device,
         for i in range(max(cfg.warmup_calls, len(fns))):
             fns[i % len(fns)]()
     torch.cuda.synchronize(device)
-    est = _estimate_gpu_call_s(fns, stream)
-    calls = _calls_for(est, cfg, len(fns))
+    if sized is not None:
+        est, calls = sized.estimate_s, sized.unit.calls
+    else:
+        est = _estimate_gpu_call_s(fns, stream)
+        calls = _calls_for(est, cfg, len(fns))
     unit = capture(fns, calls, stream, device, no_graph_reason) if cfg.mode == "graph" else back_to_back(fns, calls)
     return Primed(unit, stream, est)
 

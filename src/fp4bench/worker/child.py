@@ -100,7 +100,13 @@ class Child:
         every later round until ``drop``, so a round costs its samples, not a capture.
         ``kernel_time`` (default: the worker's timing config) picks CUPTI busy time or the event
         span of each replay. ``memory``: also report this process's device-memory peak since its
-        last ``check`` and the GPU's free memory after the capture (``device_memory``)."""
+        last ``check`` and the GPU's free memory after the capture (``device_memory``).
+        ``place``: before this round, move the case to fresh device memory: the capture and every
+        cached operand set are released to the driver, the operands are made again from the seed
+        (the same bytes) and captured again with the calls per sample of the first capture. A
+        memory-bound kernel's time depends on where its buffers landed (an H200 grouped bf16 row:
+        +-4-6 % between allocations of one process, 0.2 % within one), so a round per placement
+        makes a process's mean average over placements instead of freezing one."""
         from fp4bench.measure.timing import prime_gpu, time_cpu, time_gpu
 
         key = json.dumps(req["case"], sort_keys=True)
@@ -109,13 +115,19 @@ class Child:
                                   target_rel_ci=None, time_budget_s=0.0)
         if "kernel_time" in req:
             cfg = dataclasses.replace(cfg, kernel_time=bool(req["kernel_time"]))
+        sized = None
+        if req.get("place") and key in self._calls:
+            sized = self._calls[key][2]
+            self._calls = {}
+            self.runner.release()
         if key not in self._calls:
             got = self._case(req["case"])
             if not isinstance(got, tuple):
                 return protocol.encode_result(got)
             backend, problem, tactic = got
             fns = self.runner.timed_calls(backend, problem, tactic)
-            cap = prime_gpu(fns, cfg, self.device, backend.no_graph_reason) if self.device.type == "cuda" else None
+            cap = (prime_gpu(fns, cfg, self.device, backend.no_graph_reason, sized=sized)
+                   if self.device.type == "cuda" else None)
             self._calls = {key: (backend, fns, cap)}
         backend, fns, cap = self._calls[key]
         with self._sampler() as tel:
@@ -158,6 +170,10 @@ class Child:
                 "cases": [{"id": c.id, "case": protocol.encode_case(c.backend, c.problem, c.tactic.label),
                            "skip_reason": c.skip_reason, "note": c.note} for c in specs]}
 
+    def memory(self, req: dict[str, Any]) -> dict[str, Any]:
+        """This process's peak since its last ``check`` and the GPU's free memory now."""
+        return {"status": "memory", "memory": device_memory(self.device)}
+
     def drop(self, req: dict[str, Any]) -> dict[str, Any]:
         """Forget the captured case; ``release``: also every cached operand set and reference,
         with the freed device memory handed back (another process needs it next)."""
@@ -166,7 +182,12 @@ class Child:
             self.runner.release()
         else:
             self.runner.drop_prepared()
-        return {"status": "dropped"}
+        out: dict[str, Any] = {"status": "dropped"}
+        if req.get("release") and self.device.type == "cuda":
+            import torch
+
+            out["held_bytes"] = int(torch.cuda.memory_reserved(self.device))  # what a release left behind
+        return out
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         from fp4bench.case import FAILED
@@ -174,7 +195,7 @@ class Child:
 
         op = req.get("op")
         fn = {"run": self.run, "check": self.check, "time": self.time, "drop": self.drop,
-              "cases": self.cases}.get(op)
+              "cases": self.cases, "memory": self.memory}.get(op)
         if fn is None:
             return {"status": FAILED, "reason": f"worker: unknown request op {op!r}"}
         try:

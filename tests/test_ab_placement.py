@@ -1,0 +1,64 @@
+"""``fp4bench ab --placement round``: every round after a process's first times the case in
+fresh device memory, so a process's mean averages over buffer placements (on an H200 a
+memory-bound grouped bf16 row moved by +-4-6 % between allocations of one process, 0.2 %
+within one: docs/results-h200.md, run 19)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from fp4bench.ab.run import AbConfig, AbRunner, Side
+from fp4bench.gate.rule import RuleSettings
+from fp4bench.measure.timing import TimingConfig
+from fp4bench.sweep import SweepOptions
+from fp4bench.worker.child import Child, operand_digest
+
+FAKES = str(Path(__file__).parent / "fakes")
+SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
+                     tactics="all")
+
+
+def test_a_place_round_times_the_same_bytes_in_new_memory():
+    ch = Child({"device": "cpu", "plugins": [], "timing": asdict(TimingConfig()), "cold_l2": True, "seed": 0})
+    sweep = SweepOptions(models=("glm-5",), batches=(1,), kinds=("dense",), backends=("torch-bf16",))
+    case = [c for c in ch.cases({"sweep": sweep.to_dict()})["cases"] if not c["skip_reason"]][0]["case"]
+    assert ch.time({"case": case, "samples": 3})["status"] == "measured"
+    (ops,) = ch.runner._ops.values()
+    digest = operand_digest(ops)
+    assert ch.time({"case": case, "samples": 3})["status"] == "measured"
+    assert next(iter(ch.runner._ops.values())) is ops  # a plain round reuses the capture
+    assert ch.time({"case": case, "samples": 3, "place": True})["status"] == "measured"
+    (again,) = ch.runner._ops.values()
+    assert again is not ops and operand_digest(again) == digest  # new memory, the same bytes
+
+
+@pytest.mark.parametrize("placement", ["round", "process"])
+def test_rounds_after_the_first_are_placed_afresh_only_with_round_placement(monkeypatch, placement):
+    sent: list[tuple[str, dict]] = []
+    ask = AbRunner._ask
+
+    def recording(self, pid, msg, what):
+        sent.append((pid, dict(msg)))
+        return ask(self, pid, msg, what)
+
+    monkeypatch.setattr(AbRunner, "_ask", recording)
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_TACTICS": "t0"})
+    cfg = AbConfig(sweep=SWEEP, device="cpu", replicates=2, rounds=3, max_rounds=3, round_samples=3, timeout_s=60,
+                   plugins=("ab_env",), settings=RuleSettings(floor=5.0), placement=placement, extra_pairs=0)
+    run = AbRunner(a, a, cfg).run()
+    assert run.pairs and all(p.a.status == p.b.status == "measured" for p in run.pairs)
+    for pid in ("A1", "A2", "B1", "B2"):
+        rounds = [m for p, m in sent if p == pid and m.get("op") == "time" and m["samples"] == 3 and "place" in m]
+        assert len(rounds) == 3 * len(run.pairs)
+        per_benchmark = [[m["place"] for m in rounds[i:i + 3]] for i in range(0, len(rounds), 3)]
+        want = [False, True, True] if placement == "round" else [False, False, False]
+        assert per_benchmark == [want] * len(run.pairs), pid
+
+
+def test_placement_must_be_round_or_process():
+    with pytest.raises(ValueError, match="--placement"):
+        AbConfig(sweep=SWEEP, placement="window")
