@@ -166,6 +166,31 @@ def test_max_resident_below_a_pair_is_a_usage_error_before_any_worker(capsys):
         AbConfig(sweep=SWEEP, max_resident=1)
 
 
+def test_a_process_that_keeps_memory_after_a_release_is_replaced(monkeypatch):
+    """A process whose allocator still holds gigabytes after releasing a benchmark (seen on an
+    H200 after a failed case) would shrink every later benchmark's turns: it is replaced."""
+    ask = AbRunner._ask
+    leaked: list[str] = []
+
+    def leaky(self, pid, msg, what):
+        reply = ask(self, pid, msg, what)
+        if msg.get("op") == "drop" and msg.get("release") and pid == "B1" and not leaked:
+            leaked.append(pid)
+            reply["held_bytes"] = 5 * GIB
+        return reply
+
+    monkeypatch.setattr(AbRunner, "_ask", leaky)
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_TACTICS": "t0"})
+    lines: list[str] = []
+    run = AbRunner(a, a, _cfg(replicates=2, rounds=2, max_rounds=2, settings=RuleSettings(floor=5.0)),
+                   progress=lines.append).run()
+    (new,) = [i for i in run.processes if i.replaces == "B1"]
+    assert new.side == "B" and new.slot == 0
+    assert any("[B1] still holds 5.0 GiB" in x for x in lines) and any("[B1] replaced by" in x for x in lines)
+    assert all(p.a.status == p.b.status == "measured" for p in run.pairs)
+    assert any(x.proc == new.proc for p in run.pairs[1:] for x in p.parts)  # the fresh one takes B1's place
+
+
 # --- failed on both sides -----------------------------------------------------------------------
 
 def _both_failed_run(b_reason: str) -> AbRun:

@@ -210,6 +210,11 @@ def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
             "timing": asdict(TimingConfig()), "cold_l2": cfg.cold_l2, "seed": cfg.seed}
 
 
+#: device memory a process may keep after a release (its CUDA context, cuBLAS workspaces, the
+#: timer's L2-flush buffer) before it is replaced
+HELD_LIMIT_BYTES = 2 << 30
+
+
 def _problem_of(by_side: dict, name: str) -> str | None:
     """The benchmark's problem as listed (either side), to tell when the next one changes it."""
     import json
@@ -403,8 +408,11 @@ class AbRunner:
         self._finish(pair, parts)
         release = release or bool(pair.turns)
         for pid in list(self.workers):
-            if pid in parts or release:
-                self._drop(pid, name, release)
+            if (pid in parts or release) and self._drop(pid, name, release) > HELD_LIMIT_BYTES and release \
+                    and pid not in extra:
+                # memory a released process keeps (seen after a failed case on an H200) would be
+                # missing from every later benchmark's turns: a fresh process starts with none
+                self._renew(pid, f"it still held memory after releasing {name}")
         for pid in extra:
             self._retire(pid)
         pair.parts = list(parts.values())
@@ -523,15 +531,25 @@ class AbRunner:
                     groups = groups + [[self.info[got[0]].slot]]
                     resident |= set(got)
 
-    def _drop(self, pid: str, name: str, release: bool) -> None:
+    def _drop(self, pid: str, name: str, release: bool) -> int:
+        """Forget the capture (``release``: and the cached operands); the bytes the process's
+        allocator still holds after a release (0 when not reported)."""
         try:
             reply = self._ask(pid, {"op": "drop", "release": release}, "drop")
         except WorkerLost as exc:
             self._lost(pid, name, "drop after", exc)
-            return
-        held = reply.get("held_bytes") or 0
-        if held > 2 << 30:
+            return 0
+        held = int(reply.get("held_bytes") or 0)
+        if held > HELD_LIMIT_BYTES:
             self.progress(f"[{pid}] still holds {held / (1 << 30):.1f} GiB after releasing {name}")
+        return held
+
+    def _renew(self, pid: str, why: str) -> None:
+        """Replace a process that cannot give its memory back with a fresh one in its slot."""
+        info = self.info[pid]
+        self._retire(pid)
+        new = self._spawn(info.side, info.slot, extra=info.extra, replaces=pid)
+        self.progress(f"[{pid}] replaced by {new or 'nothing (could not start)'}: {why}")
 
     def _join(self, pid: str, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
               where: str, *, memory: bool = False) -> dict[str, int] | None:
