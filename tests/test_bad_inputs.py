@@ -30,6 +30,7 @@ from fp4bench.cli import main as cli_main
 from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
 from fp4bench.gate.store import APPROVED, candidate_path
+from _wrapped import unwrapped
 from test_plugin import BENCH_FILE, TINY
 
 pytest_plugins = ["pytester"]
@@ -529,10 +530,19 @@ def _base_cold_l2(d: dict) -> dict:
     return d
 
 
+def _base_sweep(**fields: Any) -> Callable[[dict], dict]:
+    """An edit that sets ``fields`` in the baseline's recorded ``sweep``."""
+    def edit(d: dict) -> dict:
+        d["fp4bench"]["sweep"].update(fields)
+        return d
+
+    return edit
+
+
 # (id, args, baseline edit or None (no baseline file), exit, message in stderr (usage) / stdout)
 PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("bad routing", ["--fp4-routing", "zipf:abc"], None, 4,
-     "fp4bench: routing 'zipf:abc': Zipf exponent 'abc' is not a number"),
+     "fp4bench: --fp4-routing: routing 'zipf:abc': Zipf exponent 'abc' is not a number"),
     ("bad device", ["--fp4-device", "foo"], None, 4, "fp4bench: --fp4-device: 'foo' is not a torch device"),
     ("bad device + save", ["--fp4-device", "foo", "--fp4-save-baseline", "x.json"], None, 4,
      "fp4bench: --fp4-device: 'foo' is not a torch device"),
@@ -564,6 +574,19 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "fp4bench: --fp4-python is the interpreter of --fp4-isolate's workers: it needs --fp4-isolate"),
     ("--fp4-ab-env without --fp4-ab-against", ["--fp4-ab-env", "X=1"], None, 4,
      "--fp4-ab-env sets the environment of the --fp4-ab-against side: it needs --fp4-ab-against"),
+    # a bad value in the baseline's recorded sweep names the file and the field, never an option
+    # the user did not type, and the run that never started prints no verdict (of MISSING rows)
+    # (the rows give --fp4-batches, --fp4-tp, --fp4-kinds and --fp4-backends: those fields are theirs)
+    ("baseline's recorded models", ["--fp4-baseline", "base.json"], _base_sweep(models=["no-such-model"]), 4,
+     "fp4bench: baseline base.json: recorded sweep field 'models': unknown model 'no-such-model'"),
+    ("... a bad routing", ["--fp4-baseline", "base.json"], _base_sweep(routings=["zipf:0"]), 4,
+     "fp4bench: baseline base.json: recorded sweep field 'routings': routing 'zipf:0': Zipf exponent must be"),
+    ("... a bad tactics value", ["--fp4-baseline", "base.json"], _base_sweep(tactics="most"), 4,
+     "fp4bench: baseline base.json: recorded sweep field 'tactics': expected 'default' or 'all', got 'most'"),
+    ("... through --benchmark-compare", ["--benchmark-compare=base.json"], _base_sweep(models=["no-such-model"]), 4,
+     "fp4bench: baseline base.json: recorded sweep field 'models': unknown model 'no-such-model'"),
+    ("... a bad field the option given replaces", ["--fp4-baseline", "base.json"], _base_sweep(batches=[-1]), 0,
+     "fp4bench verdict vs base.json"),
     ("baseline timed with cold L2", ["--fp4-baseline", "base.json"], _base_cold_l2, 4,
      "the baseline was timed with l2='cold' but this run with l2='hot'"),
     ("baseline with too few samples", ["--fp4-baseline", "base.json"], _base_few_samples, 1,
@@ -598,6 +621,8 @@ def test_pytest_rows(bench, args, edit, code, message):
     _no_traceback(res)
     assert res.ret == code, res.stdout.str() + res.stderr.str()
     assert message in (res.stderr.str() if code == 4 else res.stdout.str())
+    if code == 4:  # a run refused before it started judged nothing: no verdict table
+        assert "fp4bench verdict" not in res.stdout.str() and "MISSING" not in res.stdout.str()
     assert (bench.path / "test_fp4_gemm.py.json").read_text() == "{}"
     assert not (bench.path / "baselines" / "cpu" / APPROVED).exists()
 
@@ -692,7 +717,7 @@ def test_backend_output_of_the_wrong_dtype_or_shape_fails(bench, backend, what):
     _no_traceback(res)
     assert res.ret == 1 and res.parseoutcomes()["failed"] == 2
     assert (f"{backend} [default] on glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144: "
-            f"wrong output dtype/shape: {what}") in res.stdout.str()
+            f"wrong output dtype/shape: {what}") in unwrapped(res.stdout.str())
 
 
 def test_slowdown_wrapper_is_recorded_and_never_approved(bench, capsys, monkeypatch):

@@ -5,7 +5,11 @@ problem, and a run stopped early (-x, --maxfail, Ctrl-C) reported as "not run", 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +98,42 @@ def test_no_selected_backend_for_a_kind_is_one_named_skip(bench):
     assert "SKIPPED [1] test_fp4_gemm.py:20: no selected backend runs moe (--fp4-backends torch-bf16)" in out
     assert "SKIPPED [1] test_fp4_gemm.py:15: grouped not selected (--fp4-kinds dense,moe)" in out
     assert "empty parameter set" not in out
+
+
+# --- the whole CPU run within 160 characters, without profiler log lines --------------------------
+
+
+ROOT = Path(__file__).resolve().parents[1]
+#: torch's profiler (Kineto) logs its start and stop on stderr: "USDT:<time> ... profiler_start"
+PROFILER_LOG = re.compile(r"USDT:|STAGE:|profiler_st(art|op)|Kineto|ActivityProfiler")
+#: the fault backends that fail at M = 32 on a CPU (the others abort or hang on purpose)
+FAULTS = ("fault-zero-band", "fault-bitflip")
+
+
+def test_a_cpu_run_with_skips_and_failures_prints_no_line_over_160_and_no_profiler_log():
+    """``pytest bench`` as the README runs it, on CPU, in a CI log (``CI`` set: pytest prints each
+    failure's whole message in the short summary) and with ``-s`` (nothing captured): every
+    GPU backend's skip, the fault backends' failures (at M = 32 the zero band and the bit flip
+    fail) and the measured CPU rows (whose kernel names the CPU run does not profile)."""
+    from fp4bench.backends import registry
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(PYTHONPATH=str(ROOT / "src"), CI="1")
+    backends = [b.name for b in registry.all_backends() if not b.test_only]  # every real backend
+    cmd = [sys.executable, "-m", "pytest", "bench", "-p", "no:cacheprovider", "-q", "-rA", "-s",
+           "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", ",".join([*backends, *FAULTS]),
+           "--fp4-batches", "32", "--fp4-kinds", "dense,grouped,moe", "--fp4-time-budget", "0.05",
+           "--fp4-min-samples", "3"]
+    # from the checkout's root, as the README runs it: pytest names the tests bench/test_fp4_gemm.py::...
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-3000:]
+    summary = out.split("short test summary info")[1]
+    assert "\nSKIPPED [1] " in summary and "\nFAILED " in summary and "\nPASSED " in summary, summary
+    assert "all-zero output" in summary and "mismatch" in summary
+    long = [line for line in out.splitlines() if len(line) > WIDTH]
+    assert not long, "\n".join(f"{len(line)}: {line}" for line in long)
+    assert not PROFILER_LOG.search(out), PROFILER_LOG.search(out).group(0)
 
 
 # --- a run stopped early: "not run", not MISSING --------------------------------------------------

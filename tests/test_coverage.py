@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 import test_plugin
 from _benchjson import bench_entry, bench_json, samples
+from fp4bench.backends.base import DEFAULT_TACTIC, Tactic
 from fp4bench.cli_compare import EXIT_INCOMPLETE, compare_main
 from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.coverage import Scope
@@ -208,3 +210,87 @@ def test_a_verdict_line_leaves_out_clock_and_throttle_nobody_recorded():
     assert "SM clock" not in verdict_message(v) and "throttle" not in verdict_message(v)
     v = compare(base, {"b::t[a]": (samples(rng, MED, 0.01), {"sm_clock_mhz": 1980})}).verdicts[0]
     assert "SM clock ?→1980 MHz" in verdict_message(v)
+
+
+# --- every narrowing sweep option, one mechanism (sweep.selection_of) ------------------------------
+
+_IN = {"backend": "torch-bf16", "model": "glm-5", "kind": "dense", "batch": 1, "tp": 1, "routing": "zipf1.2",
+       "tactic_sweep": "default", "explicit_tactic": False}
+_OLD_IN = {k: v for k, v in _IN.items() if k != "tactic_sweep"}  # a baseline recorded before tactic_sweep
+
+
+@pytest.mark.parametrize(("option", "value", "opts", "inside", "outside"), [
+    ("backends", "torch-bf16", SweepOptions(backends=("torch-bf16",)), _IN, {"backend": "flashinfer-cutlass"}),
+    ("models", "glm-5", SweepOptions(models=("glm-5",)), _IN, {"model": "deepseek-v3"}),
+    ("kinds", "dense", SweepOptions(kinds=("dense",)), _IN, {"kind": "moe"}),
+    ("batches", "1", SweepOptions(batches=(1,)), _IN, {"batch": 64}),
+    ("tp", "1", SweepOptions(tps=(1,)), _IN, {"tp": 8}),
+    # the option's spelling, the problem id's tag: the same routing
+    ("routing", "zipf:1.2", SweepOptions(routings=("zipf:1.2",)), _IN, {"routing": "uniform"}),
+    ("tactics", "default", SweepOptions(tactics="default"), _IN, {"tactic_sweep": "all", "explicit_tactic": True}),
+    ("tactics", "default", SweepOptions(tactics="default"), _OLD_IN, {"explicit_tactic": True}),
+], ids=["backends", "models", "kinds", "batches", "tp", "routing", "tactics", "tactics-old-baseline"])
+def test_each_sweep_option_narrows_what_is_expected_and_a_loss_inside_is_still_missing(option, value, opts,
+                                                                                        inside, outside):
+    rng = np.random.default_rng(11)
+    names = ("b::t[in]", "b::t[in2]", "b::t[out]")
+    extras = (inside, inside, {**inside, **outside})
+    base = parse_baseline(bench_json([bench_entry(n, samples(rng, MED, 0.01), x) for n, x in zip(names, extras)]))
+    scope = Scope(selected=selection_of(opts, {option: value}.get))
+    both = {n: (samples(rng, MED, 0.01), x) for n, x in zip(names[:2], extras)}
+    res = compare(base, both, scope=scope)
+    assert res.exit_code == 0, verdict_table(res)
+    assert res.coverage.not_selected == ("b::t[out]",) and not res.by_status(Status.MISSING)
+    lost = compare(base, {names[0]: both[names[0]]}, scope=scope)  # inside the selection, not measured
+    assert lost.exit_code == 3 and [v.name for v in lost.by_status(Status.MISSING)] == ["b::t[in2]"]
+
+
+def test_all_tactics_and_the_full_sweep_narrow_no_tactic_and_the_dense_sweep_ignores_routing():
+    every = {"tactic_sweep": "all", "explicit_tactic": True}
+    assert selection_of(SweepOptions(tactics="all"), {"tactics": "all"}.get) is None
+    assert selection_of(SweepOptions(tactics="default", full=True), {"tactics": "default"}.get) is None
+    tactics = selection_of(SweepOptions(tactics="default"), {"tactics": "default"}.get)
+    assert not tactics(every) and tactics({"tactic_sweep": "default"}) and tactics({})  # unrecorded: kept
+    routing = selection_of(SweepOptions(routings=("uniform",)), {"routing": "uniform"}.get)
+    assert routing({"routing": "dense-sweep", "batch": 4096}) and not routing({"routing": "zipf1.2"})
+
+
+class TwoTactics(test_plugin.SteadySpin):
+    """steady-spin with a second tactic: the library's default and an explicit ``t01``."""
+
+    name = "two-tactic"
+
+    def tactics(self, problem, device):
+        return [DEFAULT_TACTIC, Tactic(value=1, label="t01")]
+
+
+BACKENDS = [TwoTactics()]  # loaded into the inner runs with --fp4-plugin test_coverage
+TWO = [*GATE, "--fp4-plugin", __name__, "--fp4-backends", "two-tactic"]
+
+
+def test_default_tactics_gated_against_an_all_tactics_baseline_expect_the_default_tactics_only(bench):
+    res = bench.runpytest(*TWO, "--fp4-tactics", "all", "--fp4-save-baseline", "all.json")
+    assert res.ret == 0, res.stdout.str()
+    data = json.loads((bench.path / "all.json").read_text())
+    assert sorted(b["extra_info"]["tactic_sweep"] for b in data["benchmarks"]) == ["all", "all", "default", "default"]
+    res = bench.runpytest(*TWO, "--fp4-tactics", "default", "--fp4-baseline", "all.json")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert "MISSING" not in out and "coverage: judged 2 of 2 expected benchmarks; 2 not selected" in out
+    # a default-tactic benchmark of the baseline that this run did not measure is still a loss
+    ghost = json.loads(json.dumps(next(b for b in data["benchmarks"] if b["extra_info"]["tactic_sweep"] == "default")))
+    ghost["fullname"] = ghost["fullname"].replace("shared_", "ghost_")
+    data["benchmarks"].append(ghost)
+    _write(bench, "ghost.json", data)
+    res = bench.runpytest(*TWO, "--fp4-tactics", "default", "--fp4-baseline", "ghost.json")
+    assert res.ret == 3 and "MISSING (1)" in res.stdout.str(), res.stdout.str()
+
+
+def test_fp4_routing_narrows_a_gated_pytest_run(bench):
+    res = bench.runpytest(*GATE, "--fp4-routing", "uniform,zipf:1.2", "--fp4-save-baseline", "two.json")
+    assert res.ret == 0, res.stdout.str()
+    assert len(json.loads((bench.path / "two.json").read_text())["benchmarks"]) == 4
+    res = bench.runpytest(*GATE, "--fp4-routing", "zipf:1.2", "--fp4-baseline", "two.json")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    assert "MISSING" not in out and "coverage: judged 2 of 2 expected benchmarks; 2 not selected" in out

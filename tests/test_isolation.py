@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from _benchjson import bench_entry
+from _wrapped import unwrapped
 from fp4bench import cli_compare
 from fp4bench.backends.base import DEFAULT_TACTIC
 from fp4bench.case import FAILED, CaseResult
@@ -149,7 +150,7 @@ def test_isolated_run_loses_only_the_faulty_cases(pytester):
         "--fp4-case-timeout", "6", "--fp4-log", "run.lines.jsonl",
         "-k", "torch-bf16 or shared_down", timeout=300)
     res.assert_outcomes(passed=2, failed=3)
-    out = res.stdout.str()
+    out = unwrapped(res.stdout.str())
     assert "fault-abort [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: worker process died " \
            "during case glm-5-b1-tp8-uniform-shared_down-m1n6144k256: killed by SIGABRT (abort)" in out
     assert "hang: worker gave no answer to case glm-5-b1-tp8-uniform-shared_down-m1n6144k256 within 6 s" in out

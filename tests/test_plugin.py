@@ -28,6 +28,7 @@ import fp4bench.report  # noqa: F401
 import fp4bench.sweep  # noqa: F401
 import fp4bench.testing.faults  # noqa: F401
 from _benchjson import H200, bench_entry, bench_json
+from _wrapped import unwrapped
 from fp4bench.backends import registry
 from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.torch_bf16 import TorchBF16
@@ -150,7 +151,7 @@ def _write(bench, name, data) -> str:
 
 def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
     res = bench.runpytest(*TINY[:-2], "--fp4-kinds", "dense,grouped", "-v", "--fp4-save-baseline", "cand.json")
-    out = res.stdout.str()
+    out = unwrapped(res.stdout.str())
     assert res.ret == 0, out
     cpu = torch.device("cpu")
     dense_rows = sorted(b.name for b in registry.all_backends() if "dense" in b.kinds and b.availability(cpu).ok)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from _wrapped import unwrapped
+
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
@@ -54,7 +56,7 @@ def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", librar
 def outcomes(res: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
     """test id -> (PASSED | FAILED | SKIPPED | ERROR, the one-line message) from ``-rA``."""
     out = {}
-    for line in res.stdout.splitlines():
+    for line in unwrapped(res.stdout).splitlines():
         m = re.match(r"(PASSED|FAILED|ERROR) \S+::test_\w+\[(.+?)\](?: - (.*))?$", line)
         if m:
             out[m.group(2)] = (m.group(1), m.group(3) or "")
@@ -139,7 +141,7 @@ def test_the_3398_quantizer_fault_fails_by_name_while_the_gemm_fed_our_bytes_pas
     assert all(got[k][0] == "PASSED" for k in got if k not in failed and not k.startswith("skip")), got
     # each failed case named once, whether or not pytest also prints its message in the short
     # summary (it does in full with CI set)
-    named = set(re.findall(r"(\S+ \[default\] on \S+): all-zero scales: .*rows 0-511", res.stdout))
+    named = set(re.findall(r"(\S+ \[default\] on \S+): all-zero scales: .*rows 0-511", unwrapped(res.stdout)))
     assert len(named) == len(expected), res.stdout[-3000:]
     assert res.returncode == 1
 

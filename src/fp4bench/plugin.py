@@ -275,7 +275,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 if session.exitstatus == 0:
                     session.exitstatus = 3  # incomplete: what was asked for was not written
             st.json_path = None  # nothing measured: nothing written
-    if st.baseline is None or not st.ready:
+    if st.baseline is None or not st.ready or st.usage_error:  # a run that never started judges nothing
         return
     result = st.final_compare()
     from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_REGRESSION
@@ -292,7 +292,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     st = _state(config)
     if st.save_error:
         terminalreporter.write_line(st.save_error)
-    if not st.ready or (not st.rows and st.baseline is None):
+    if not st.ready or st.usage_error or (not st.rows and st.baseline is None):
         return
     from fp4bench.plugin_console import results_lines, stopped_lines
     from fp4bench.report import verdict_table

@@ -19,7 +19,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import pytest
 
-from fp4bench.textfit import WIDTH, common_parts, fit_table
+from fp4bench.textfit import WIDTH, common_parts, fit_message, fit_table
 
 PROGRESS_DEFAULT_S = 30.0
 
@@ -180,15 +180,43 @@ def skip_reason(spec: Any, reason: str) -> str:
     return f"{spec.backend}{tactic} on {problem_label(spec.problem)}: {reason}"
 
 
-def skip(spec: Any, reason: str) -> NoReturn:
-    """Skip the running case, reported at its test's location with ``skip_reason``: without
-    ``_use_item_location`` pytest reports a skip raised in a fixture at the plugin's line."""
-    text = skip_reason(spec, reason)
+#: the whole text of the case's skip or failure message, one line (what the run log records)
+REASON = pytest.StashKey[str]()
+
+
+def _shown_path(node: Any) -> str:
+    """The test file as pytest's short summary names it: relative to where pytest was started."""
+    import os
+
+    try:
+        return os.path.relpath(str(node.path), str(node.config.invocation_params.dir))
+    except ValueError:  # another drive (Windows)
+        return str(node.path)
+
+
+def skip(spec: Any, reason: str, node: Any) -> NoReturn:
+    """Skip the running case ``node``, reported at its test's location with ``skip_reason``
+    (without ``_use_item_location`` pytest reports a skip raised in a fixture at the plugin's
+    line), wrapped so that pytest's ``SKIPPED [1] path:line: <reason>`` lines fit ``WIDTH``."""
+    _, line, _ = node.reportinfo()
+    prefix = f"SKIPPED [99] {_shown_path(node)}:{(line or 0) + 1}: "  # room for a count of 2 digits
+    node.stash[REASON] = full = skip_reason(spec, reason)
+    text = "\n".join(fit_message(full, WIDTH - len(prefix)))
     try:
         exc = pytest.skip.Exception(text, _use_item_location=True)
     except TypeError:  # a pytest without item locations for skips
         pytest.skip(text)
     raise exc
+
+
+def fail(node: Any, text: str, headline: str) -> NoReturn:
+    """Fail the running case ``node`` with ``text`` (no traceback). pytest's short summary prints
+    ``FAILED <test id> - Failed: <first line>``: a text too long for that line goes whole under
+    ``headline`` (the outcome in a few words), every line within ``WIDTH``."""
+    test = node.nodeid[node.nodeid.find("::"):] if "::" in node.nodeid else ""
+    room = WIDTH - len(f"FAILED {_shown_path(node)}{test} - Failed: ")
+    node.stash[REASON] = text
+    pytest.fail("\n".join(fit_message(text, room, headline)), pytrace=False)
 
 
 def empty_reason(kind: str | None, opts: Any, backends: Sequence[Any]) -> str:

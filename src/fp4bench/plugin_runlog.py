@@ -73,8 +73,12 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         extra = dict(getattr(bench, "extra_info", {}) or {})
     key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
     avail = {key: st.availability[key]} if key in st.availability else {}
-    reason = rep.longrepr[2] if rep.skipped and isinstance(rep.longrepr, tuple) else (
-        _failure_reason(rep) if rep.failed else "")
+    from fp4bench.plugin_console import REASON
+
+    reason = item.stash.get(REASON, None)  # a skip's or failure's message before it was fitted to the terminal
+    if reason is None:
+        reason = rep.longrepr[2] if rep.skipped and isinstance(rep.longrepr, tuple) else (
+            _failure_reason(rep) if rep.failed else "")
     log.case(item.nodeid, rep.outcome, samples, extra, avail, reason)
 
 

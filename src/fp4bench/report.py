@@ -49,6 +49,14 @@ def format_interval(iv: tuple[float, float] | None) -> str:
     return f"[{iv[0]:+.1f}, {iv[1]:+.1f}]%"
 
 
+def verdict_headline(v: Verdict) -> str:
+    """A verdict in a few words (``FAIL +67.0%``, ``FAIL (kernel change)``): the first line of a
+    failed test's message, where pytest's summary leaves little room after the test id."""
+    if v.kind != TIMING:
+        return f"{v.status.value} ({v.kind})"
+    return v.status.value + (f" {v.pct:+.1f}%" if v.pct is not None else "")
+
+
 def verdict_message(v: Verdict) -> str:
     """One line that explains a verdict at a glance (pytest failure text, tables)."""
     tag = v.status.value if v.kind == TIMING else f"{v.status.value} ({v.kind})"

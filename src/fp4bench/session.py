@@ -116,10 +116,15 @@ class Fp4Session:
         from fp4bench.sweep import sweep_options
 
         base = dict(self.baseline.sweep) if self.baseline is not None and self.baseline.sweep else {}
+        source = f"baseline {self.baseline.source}" if base else "the baseline"
         opts = sweep_options(lambda name: self.config.getoption("fp4_" + name), base,
-                             on_gpu=self.device.type == "cuda", flag="--fp4-")
+                             on_gpu=self.device.type == "cuda", flag="--fp4-", source=source)
+        given = self.config.getoption("fp4_backends") is not None
         for b in opts.backends or ():
-            get_backend(b)  # raises ValueError naming the unknown backend
+            try:
+                get_backend(b)  # raises ValueError naming the unknown backend
+            except ValueError as exc:
+                raise ValueError(str(exc) if given else f"{source}: recorded sweep field 'backends': {exc}") from None
         return opts
 
     # -- before the run: baseline and candidate file ----------------------------------------
@@ -215,6 +220,7 @@ class Fp4Session:
         from fp4bench.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED
         from fp4bench.gate.baseline import availability_key, availability_value, check_samples, is_ok
         from fp4bench.measure.timing import record_in_benchmark
+        from fp4bench.plugin_console import fail, skip
         from fp4bench.report import result_row
 
         fullname = benchmark.fullname if hasattr(benchmark, "fullname") else request.node.nodeid
@@ -235,45 +241,47 @@ class Fp4Session:
             except Exception as exc:
                 from fp4bench.backends._errors import one_line
 
-                pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {one_line(exc)}", pytrace=False)
+                fail(request.node, f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {one_line(exc)}",
+                     f"{type(exc).__name__} in {spec.backend}")
             res_status, reason = res.status, res.reason
-        from fp4bench.plugin_console import skip
 
         if res_status == SKIPPED:
             if base is not None:
-                pytest.fail(f"MISSING NOW: measured in the baseline ({self.baseline_path}), skipped now: {reason}",
-                            pytrace=False)
+                fail(request.node, f"MISSING NOW: measured in the baseline ({self.baseline_path}), skipped now: {reason}",
+                     "MISSING NOW")
             self.skipped[fullname] = reason
-            skip(spec, reason)
+            skip(spec, reason, request.node)
         if res_status == UNSUPPORTED:
             self.availability[key] = availability_value(False, reason)
             was = self.baseline.availability.get(key) if self.baseline is not None else None
             if was is not None and is_ok(was):
-                pytest.fail(f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: {reason}",
-                            pytrace=False)
+                fail(request.node, f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: "
+                     f"{reason}", f"LOST TACTIC {spec.tactic.label}")
             self.skipped[fullname] = f"unsupported: {reason}"
-            skip(spec, f"unsupported: {reason}")
+            skip(spec, f"unsupported: {reason}", request.node)
         self.availability[key] = availability_value(True)
         if spec.note:
             res.extra_info["problem_note"] = spec.note
+        res.extra_info["tactic_sweep"] = spec.tactic_sweep  # what --fp4-tactics default narrows by
         benchmark.extra_info.update(res.extra_info)
         benchmark.group = f"{spec.problem.kind} {spec.problem.origin.model} {spec.problem.origin.role}"
         if res_status == FAILED:
-            pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {reason}", pytrace=False)
+            fail(request.node, f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {reason}",
+                 reason.split(": ", 1)[0])
         assert res_status == MEASURED
         if res.timing is None:  # --benchmark-disable: correctness only
             return res
         try:  # a zero / non-finite time is a broken timer, never a fast kernel
             check_samples(list(res.timing.samples_s), "the timer")
         except ValueError as exc:
-            pytest.fail(f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {exc}", pytrace=False)
+            fail(request.node, f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {exc}", "broken timer")
         record_in_benchmark(benchmark, res.timing)
         self.rows.append(result_row(spec, res))
         self.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))
         self.windows[fullname] = [list(res.timing.samples_s)]
         self.cases[fullname] = (backend, spec)
         if self.baseline is not None:
-            self._gate(benchmark, spec, backend, base, fullname, res)
+            self._gate(request.node, benchmark, spec, backend, base, fullname, res)
         return res
 
     def _jit_reason(self, backend: str) -> str:
@@ -286,7 +294,7 @@ class Fp4Session:
 
         return unbuilt_reason(backend, tuple(torch.cuda.get_device_capability(self.device)))
 
-    def _gate(self, benchmark, spec, backend, base, fullname: str, res) -> None:
+    def _gate(self, node, benchmark, spec, backend, base, fullname: str, res) -> None:
         """Judge the case now on its windows; while the rule wants more (``Verdict.wants_more``)
         and the per-case and session budgets allow, take another independent window: fresh
         prepared operands and graph capture (``windows.take_window``), as asv and Pinpoint re-run
@@ -294,7 +302,8 @@ class Fp4Session:
         import time
 
         from fp4bench.gate.verdict import is_failure, judge
-        from fp4bench.report import verdict_message
+        from fp4bench.plugin_console import fail
+        from fp4bench.report import verdict_headline, verdict_message
         from fp4bench.windows import take_window
 
         opt = self.config.getoption
@@ -317,7 +326,7 @@ class Fp4Session:
         benchmark.extra_info["verdict"] = str(v.status)
         if is_failure(v, self.policy):
             hint = " (--fp4-allow-ambiguous to accept)" if v.undecided else ""
-            pytest.fail(verdict_message(v) + hint, pytrace=False)
+            fail(node, verdict_message(v) + hint, verdict_headline(v))
 
     # -- after the run --------------------------------------------------------------------
     def final_compare(self):

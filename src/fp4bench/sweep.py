@@ -6,8 +6,9 @@ every backend and tactic before the next problem is drawn).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -46,6 +47,9 @@ class CaseSpec:
     tactic: Tactic = field(default=DEFAULT_TACTIC)
     skip_reason: str = ""
     note: str = ""  # e.g. how the problem was padded for this backend, as serving stacks pad it
+    #: the smallest ``--fp4-tactics`` whose sweep holds this case: "default" (the backend's quick
+    #: tactic) or "all" (recorded with each measurement as ``tactic_sweep``)
+    tactic_sweep: str = "default"
 
     @property
     def id(self) -> str:
@@ -53,65 +57,120 @@ class CaseSpec:
 
 
 def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: bool,
-                  flag: str = "--") -> SweepOptions:
+                  flag: str = "--", source: str = "the baseline") -> SweepOptions:
     """The sweep to run from the ``options.SWEEP`` values; ``given(name)`` is an option's value
     (``None``: not given). Given values win; then the active baseline's ``sweep`` (a compare run
     measures what the baseline measured, so nothing is MISSING by accident); then the defaults.
-    ``ValueError`` names the bad value and its option (``flag`` + name). Backend names are not
+    ``ValueError`` names the bad value and where it came from: its option (``flag`` + name), or
+    the ``sweep`` field of ``source`` when the baseline recorded it. Backend names are not
     checked here (a worker may register backends its parent does not know)."""
     from fp4bench.options import parse_batches, parse_kinds, parse_models, parse_routings, parse_tps, split_list
 
+    where: dict[str, str] = {}
+
     def pick(option: str, key: str, default):
+        where[option] = f"{flag}{option}"
         v = given(option)
         if v is not None:
             return v
         b = base.get(key)
+        if b is not None and not (isinstance(b, list) and not b):
+            where[option] = f"{source}: recorded sweep field {key!r}"
         if isinstance(b, list):
             return ",".join(str(x) for x in b) if b else default
         return b if b is not None else default
 
-    models = parse_models(pick("models", "models", "glm-5"), f"{flag}models")
+    models_text = pick("models", "models", "glm-5")
+    with _named(where["models"]):
+        models = parse_models(models_text, where["models"])
     backends = pick("backends", "backends", None)
     full = bool(pick("full", "full", False))
     routings = pick("routing", "routings", "uniform")
-    parse_routings(routings, f"{flag}routing")  # a bad spec is a usage error now, not a collection traceback
-    return SweepOptions(models=tuple(m.name for m in models),
-                        batches=parse_batches(pick("batches", "batches", "1,64,512" if on_gpu else "1,16"),
-                                           f"{flag}batches"),
-                        tps=parse_tps(str(pick("tp", "tps", "1")), models, f"{flag}tp"),
-                        routings=tuple(split_list(routings, f"{flag}routing")),
-                        kinds=parse_kinds(pick("kinds", "kinds", "dense,grouped,moe"), f"{flag}kinds"),
-                        backends=tuple(split_list(backends, f"{flag}backends")) if backends else None,
-                        full=full, tactics=pick("tactics", "tactics", "all" if full else "default"),
-                        seed=given("seed") or 0)
+    with _named(where["routing"]):
+        parse_routings(routings, where["routing"])  # a bad spec is a usage error now, not a collection traceback
+    batches_text = pick("batches", "batches", "1,64,512" if on_gpu else "1,16")
+    with _named(where["batches"]):
+        batches = parse_batches(batches_text, where["batches"])
+    tps_text = str(pick("tp", "tps", "1"))
+    with _named(where["tp"]):
+        tps = parse_tps(tps_text, models, where["tp"])
+    kinds_text = pick("kinds", "kinds", "dense,grouped,moe")
+    with _named(where["kinds"]):
+        kinds = parse_kinds(kinds_text, where["kinds"])
+    tactics = pick("tactics", "tactics", "all" if full else "default")
+    if tactics not in ("default", "all"):
+        raise ValueError(f"{where['tactics']}: expected 'default' or 'all', got {tactics!r}")
+    with _named(where["backends"]):
+        chosen = tuple(split_list(backends, where["backends"])) if backends else None
+    return SweepOptions(models=tuple(m.name for m in models), batches=batches, tps=tps,
+                        routings=tuple(split_list(routings, where["routing"])), kinds=kinds, backends=chosen,
+                        full=full, tactics=tactics, seed=given("seed") or 0)
 
 
-#: sweep option -> (the ``extra_info`` key a measured case records it under, the option's values)
-_NARROWING: dict[str, tuple[str, Callable[[SweepOptions], Any]]] = {
-    "backends": ("backend", lambda o: o.backends),
-    "models": ("model", lambda o: o.models),
-    "kinds": ("kind", lambda o: o.kinds),
-    "batches": ("batch", lambda o: o.batches),
-    "tp": ("tp", lambda o: o.tps),
+@contextmanager
+def _named(what: str) -> Iterator[None]:
+    """A ``ValueError`` raised inside names ``what`` (the option, or the baseline's field) first."""
+    try:
+        yield
+    except ValueError as exc:
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith(what) else f"{what}: {msg}") from None
+
+
+def _routing_tags(opts: SweepOptions) -> set[str]:
+    from fp4bench.workloads import parse_routing
+
+    return {parse_routing(r).tag for r in opts.routings}
+
+
+def _tactic_sweep(extra: Mapping[str, Any]) -> str | None:
+    """The ``tactic_sweep`` a benchmark recorded; for one recorded without it, the library's own
+    default tactic (``explicit_tactic`` False) is the default sweep's and any other is "all"."""
+    if extra.get("tactic_sweep") is not None:
+        return str(extra["tactic_sweep"])
+    explicit = extra.get("explicit_tactic")
+    return None if explicit is None else ("all" if explicit else "default")
+
+
+def _recorded(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda extra: extra.get(key)
+
+
+#: sweep option -> (what a measured case recorded for it, from its ``extra_info``; the values the
+#: option selects, None where it selects everything)
+_NARROWING: dict[str, tuple[Callable[[Mapping[str, Any]], Any], Callable[[SweepOptions], Any]]] = {
+    "backends": (_recorded("backend"), lambda o: o.backends),
+    "models": (_recorded("model"), lambda o: o.models),
+    "kinds": (_recorded("kind"), lambda o: o.kinds),
+    "batches": (_recorded("batch"), lambda o: o.batches),
+    "tp": (_recorded("tp"), lambda o: o.tps),
+    "routing": (_recorded("routing"), _routing_tags),
+    # "all" holds every tactic; "default" (without --fp4-full) only each backend's quick one
+    "tactics": (_tactic_sweep, lambda o: None if o.full or o.tactics == "all" else ("default",)),
 }
+#: options the dense M sweep of ``--fp4-full`` ignores (its rows record routing ``dense-sweep``
+#: and batch = M)
+_NOT_IN_DENSE_SWEEP = ("batches", "routing")
 
 
 def selection_of(opts: SweepOptions, given: Callable[[str], Any]) -> Callable[[Mapping[str, Any]], bool] | None:
     """Whether a baseline benchmark (its ``extra_info``) lies inside the sweep options the user
     gave (``given(name)`` not None): ``--fp4-backends torch-bf16`` leaves the other backends'
-    benchmarks out of what the run is expected to measure, as ``-k`` does. None when no given
-    option narrows. A benchmark that did not record a key is kept; the dense M sweep's rows
-    (``routing`` ``dense-sweep``, ``batch`` = M) are not narrowed by ``batches``."""
-    checks = [(key, {str(v) for v in values(opts)}) for name, (key, values) in _NARROWING.items()
+    benchmarks out of what the run is expected to measure, as ``-k`` does; so do ``--fp4-models``,
+    ``--fp4-kinds``, ``--fp4-batches``, ``--fp4-tp``, ``--fp4-routing`` and ``--fp4-tactics
+    default``. None when no given option narrows. A benchmark that did not record a value is
+    kept."""
+    checks = [(name, recorded, {str(v) for v in values(opts)}) for name, (recorded, values) in _NARROWING.items()
               if given(name) is not None and values(opts) is not None]
     if not checks:
         return None
 
     def selected(extra: Mapping[str, Any]) -> bool:
-        for key, allowed in checks:
-            if key == "batch" and extra.get("routing") == "dense-sweep":
+        for name, recorded, allowed in checks:
+            if name in _NOT_IN_DENSE_SWEEP and extra.get("routing") == "dense-sweep":
                 continue
-            if extra.get(key) is not None and str(extra[key]) not in allowed:
+            value = recorded(extra)
+            if value is not None and str(value) not in allowed:
                 return False
         return True
 
@@ -181,9 +240,11 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
             if not isinstance(tactics, (list, tuple)) or not all(isinstance(t, Tactic) for t in tactics):
                 raise ValueError(f"{type(b).__module__}.{type(b).__qualname__} (backend {b.name!r}): tactics() "
                                  f"returned {tactics!r:.80}, not a list of Tactic")
+            quick = quick_tactics(tactics)
             if not (opts.full or opts.tactics == "all"):
-                tactics = quick_tactics(tactics)
-            specs += [CaseSpec(b.name, prob, t, note=note) for t in tactics]
+                tactics = quick
+            specs += [CaseSpec(b.name, prob, t, note=note, tactic_sweep="default" if t in quick else "all")
+                      for t in tactics]
     return specs
 
 

@@ -102,3 +102,23 @@ def fit_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Seque
 def wrap_line(text: str, width: int = WIDTH, indent: int = 2) -> list[str]:
     """One long sentence as lines of at most ``width`` (continuations indented)."""
     return textwrap.wrap(text, width, subsequent_indent=" " * indent, break_on_hyphens=False) or [""]
+
+
+def fit_message(text: str, room: int, headline: str | None = None, width: int = WIDTH,
+                indent: int = 4) -> list[str]:
+    """A message printed after a prefix it does not control (pytest's ``SKIPPED [1] path:line: ``
+    or ``FAILED <test id> - ``), as lines of at most ``width``; ``room`` is what the prefix leaves
+    of the first line.
+
+    Without ``headline`` the text wraps: its first line fills ``room``, the rest continues
+    indented. With one (the outcome in a few words), a text that does not fit is given whole on
+    the lines under the headline, so the one-line summary still says what happened."""
+    if len(text) <= room:
+        return [text]
+    pad = " " * indent
+    if headline is None:
+        first = textwrap.wrap(text, max(room, 20), break_on_hyphens=False)[0]
+        rest = text[len(first):].strip()
+        return [first] + textwrap.wrap(rest, width, initial_indent=pad, subsequent_indent=pad,
+                                       break_on_hyphens=False)
+    return [headline] + textwrap.wrap(text, width, initial_indent=pad, subsequent_indent=pad, break_on_hyphens=False)

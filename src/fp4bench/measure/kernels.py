@@ -145,8 +145,8 @@ def capture_kernels(fn: Callable[[], Any], *, repeats: int = 1, warmup: int = 1)
 
     Warm-up keeps JIT builds, autotuning and first-call setup kernels out of the set. Errors
     raised by ``fn`` propagate (a broken benchmark is not a profiler problem); profiler failures
-    become ``reason``. Without CUDA the call still runs under the CPU profiler, whose events are
-    all host-side, so the capture is empty.
+    become ``reason``. Without CUDA the calls run unprofiled and the capture is empty: a CPU
+    profiler sees only host-side events, and its start/stop log lines would reach the terminal.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -154,14 +154,15 @@ def capture_kernels(fn: Callable[[], Any], *, repeats: int = 1, warmup: int = 1)
     from torch.profiler import ProfilerActivity, profile, supported_activities
 
     cuda = torch.cuda.is_available() and ProfilerActivity.CUDA in supported_activities()
-    activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
-    no_cuda_reason = None if cuda else "CUDA (or CUDA profiling) not available"
     for _ in range(warmup):
         fn()
-    if cuda:
-        torch.cuda.synchronize()
+    if not cuda:
+        for _ in range(repeats):
+            fn()
+        return KernelCapture(repeats=repeats, reason="CUDA (or CUDA profiling) not available")
+    torch.cuda.synchronize()
     try:
-        prof = profile(activities=[activity])
+        prof = profile(activities=[ProfilerActivity.CUDA])
         prof.start()
     except Exception as exc:
         return KernelCapture(repeats=repeats, reason=f"torch.profiler failed to start: {exc!r}")
@@ -169,8 +170,7 @@ def capture_kernels(fn: Callable[[], Any], *, repeats: int = 1, warmup: int = 1)
     try:
         for _ in range(repeats):
             fn()
-        if cuda:
-            torch.cuda.synchronize()  # every kernel finished before CUPTI buffers are flushed
+        torch.cuda.synchronize()  # every kernel finished before CUPTI buffers are flushed
     finally:
         try:
             prof.stop()
@@ -182,7 +182,7 @@ def capture_kernels(fn: Callable[[], Any], *, repeats: int = 1, warmup: int = 1)
         events = list(prof.events())
     except Exception as exc:
         return KernelCapture(repeats=repeats, reason=f"torch.profiler events unavailable: {exc!r}")
-    return KernelCapture.from_events(events, repeats, reason=no_cuda_reason)
+    return KernelCapture.from_events(events, repeats)
 
 
 def kernel_names(
