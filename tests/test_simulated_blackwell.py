@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from fakes.flashinfer import SM120_CONFIGS
+
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
@@ -215,6 +217,59 @@ def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_
     assert any("tactic t02 now runs another kernel" in ln for ln in changed)
     assert not [ln for ln in changed if re.search(r"[+-]\d+\.\d%", ln)]  # no Δ on these lines
     assert "lost tactic" not in res.stdout
+
+
+def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``fp4bench ab`` between the two simulated FlashInfer releases on one simulated GPU: the
+    SM120 dense backend, batch 1, every simulated tactic and the default row.
+
+    A simulated launch lasts 20 ms (``FP4SIM_CALL_S``), slept out by the fake (fakes/flashinfer.py:
+    a busy-wait is preempted by whole scheduler ticks on a loaded machine), and the ``fp4sim_ab``
+    workers run torch on one intra-op thread, so the fake's own CPU work (~1 ms) stays inside
+    it: what the rule sees is the simulated device time. Two processes a side, three rounds."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(FP4SIM_GPU=gpu, FP4SIM_FAULT="", FP4SIM_LIBRARY="", FP4SIM_TORCH="2.9.1", FP4SIM_CALL_S="0.02",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(SIM)]))
+    out = tmp_path / "ab.json"
+    a, b = FLASHINFER
+    # the CLI's own main, in a process that also loads the simulation (it lists sim-tiny)
+    cmd = [sys.executable, "-c", "import sys, fp4sim_ab; from fp4bench.cli import main; sys.exit(main(sys.argv[1:]))",
+           "ab", "--a", sys.executable, "--b", sys.executable,
+           "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}",
+           "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}",
+           "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
+           "--batches", "1", "--tactics", "all", "--device", "cpu", "--replicates", "2", "--rounds", "3",
+           "--round-samples", "3", "--floor", "8", "--l2", "hot", "--json", str(out)]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return res, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(tmp_path):
+    """0.7.4's SM120 launcher skips the stream-K workspace re-initialization: on a simulated RTX PRO
+    6000, ``fp4bench ab`` with 0.7.2.post1 on A and 0.7.4 on B judges exactly the stream-K tactics
+    PASS (improved) -- the memset is a fifth of a launch (fp4sim_world), -17 % against a guard band
+    of 4 % -- and every other row (the data-parallel tactics, the default row) PASS, not improved;
+    the stack difference is the FlashInfer version."""
+    res, js = _ab(tmp_path, "RTX PRO 6000")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    rows = {}
+    for r in js["benchmarks"]:
+        label, shape = re.search(r"flashinfer-cutlass-(t\d\d|default)-sim-tiny-b1-.*-(\w+)-m\d+n\d+k\d+$",
+                                 r["name"]).groups()
+        rows[label, shape] = r
+    tactics = sorted({label for label, _ in rows} - {"default"})
+    assert tactics and set(rows) == {(t, s) for t in tactics + ["default"] for _, s in rows}, sorted(rows)
+    # the simulated build's configs are the first of the released SM120 list (fakes/flashinfer.py)
+    streamk = {t for t in tactics if SM120_CONFIGS[int(t[1:])].endswith("_streamk")}
+    assert streamk and streamk != set(tactics), tactics
+    improved = set(re.findall(r"PASS \(improved\)\s+(flashinfer-cutlass-\S+)", res.stdout))
+    for (label, shape), r in rows.items():
+        assert r["status"] == "PASS" and r["decision"] == "PASS", r
+        faster = label in streamk
+        assert (r["name"] in improved) == faster and ("improved" in r["reason"]) == faster, \
+            (label, shape, r["delta_pct"], r["interval_pct"], r["reason"])
+    assert js["counts"].get("FAIL", 0) == 0 and js["exit_code"] == 0, js["counts"]
+    assert ["flashinfer", "0.7.2.post1", "0.7.4"] in js["changes"], js["changes"]
 
 
 def test_the_4over6_environment_is_pinned_off_under_0_7_4(tmp_path):
