@@ -272,13 +272,49 @@ def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(
     assert ["flashinfer", "0.7.2.post1", "0.7.4"] in js["changes"], js["changes"]
 
 
-def test_the_4over6_environment_is_pinned_off_under_0_7_4(tmp_path):
-    """With FLASHINFER_NVFP4_4OVER6=1 the fused MoE would re-quantize its intermediate with another
-    recipe; under 0.7.4 the adapter passes ``nvfp4_4over6=None`` and the rows pass. (0.7.2.post1,
-    which has no such keyword, is covered by tests/test_flashinfer_numerics_env.py: the failed
-    check names the variable.)"""
-    res = bench(tmp_path, "--fp4-batches", "64", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds",
-                "moe", "--benchmark-disable", flashinfer="0.7.4", extra_env={"FLASHINFER_NVFP4_4OVER6": "1"})
+MOE_64 = ("--fp4-batches", "64", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds", "moe")
+FOUR_OVER_SIX = {"FLASHINFER_NVFP4_4OVER6": "1"}
+
+
+def _moe_rows(tmp_path: Path, name: str, flashinfer: str, env: dict[str, str]) -> tuple[list[dict], dict]:
+    """The MoE cases' ``extra_info`` and the fingerprint from the line log of a simulated B200 run."""
+    path = tmp_path / f"{name}.lines.jsonl"
+    res = bench(tmp_path, *MOE_64, "--benchmark-disable", "--fp4-log", str(path), flashinfer=flashinfer, extra_env=env)
+    assert res.returncode == 0, res.stdout[-3000:]
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [r["extra_info"] for r in records if r["type"] == "case"]
+    assert rows and all(r["check"] == "ok" for r in rows), rows
+    return rows, next(r["fingerprint"] for r in records if r["type"] == "header")
+
+
+def test_the_4over6_environment_changes_0_7_2s_moe_output_within_the_bound_and_0_7_4_pins_it(tmp_path):
+    """``FLASHINFER_NVFP4_4OVER6=1``: 0.7.2.post1's fused MoE re-quantizes its intermediate with
+    the 4over6 recipe (it has no ``nvfp4_4over6`` keyword); 0.7.4 gets ``nvfp4_4over6=None`` from
+    the adapter and computes what it computes without the variable. The 4over6 recipe keeps every
+    element within one E2M1 step of the default recipe's, which the derived MoE bound admits
+    (reference_moe ``_FLIP``), so the rows PASS either way: the change shows as a lower SQNR
+    against the same-bytes reference and as the fingerprint's ``flashinfer_numerics_env``."""
+    plain, fp_plain = _moe_rows(tmp_path, "plain", "0.7.2.post1", {})
+    old, fp_old = _moe_rows(tmp_path, "old", "0.7.2.post1", FOUR_OVER_SIX)
+    new, fp_new = _moe_rows(tmp_path, "new", "0.7.4", FOUR_OVER_SIX)
+    sqnr = {k: [r["sqnr_db"] for r in rows] for k, rows in (("plain", plain), ("old", old), ("new", new))}
+    assert sqnr["new"] == sqnr["plain"], sqnr  # pinned: bit-identical output
+    assert all(o < p for o, p in zip(sqnr["old"], sqnr["plain"])), sqnr  # another recipe
+    assert fp_plain["flashinfer_numerics_env"] is None
+    assert fp_old["flashinfer_numerics_env"] == fp_new["flashinfer_numerics_env"] == "FLASHINFER_NVFP4_4OVER6=1"
+
+
+@pytest.mark.parametrize("flashinfer", FLASHINFER)
+def test_a_mismatch_of_the_nvfp4_moe_names_the_4over6_environment_where_the_kernel_obeys_it(tmp_path, flashinfer):
+    """A mismatching NVFP4 MoE row (here: a build that reads gate and up the wrong way round) names
+    ``FLASHINFER_NVFP4_4OVER6=1`` as a possible cause under 0.7.2.post1, which reads it; under 0.7.4
+    the adapter pinned the recipe, and the message does not name it."""
+    res = bench(tmp_path, *MOE_64, "--benchmark-disable", flashinfer=flashinfer, fault="gate_up_swapped",
+                extra_env=FOUR_OVER_SIX)
     rows = of(res, "flashinfer-cutlass-moe-nvfp4")
-    assert rows, res.stdout[-3000:]
-    assert res.returncode == 0 and all(s == "PASSED" for s, _ in rows.values()), rows
+    assert rows and res.returncode == 1 and all(s == "FAILED" for s, _ in rows.values()), res.stdout[-3000:]
+    # each failed case's message, as the failure section prints it
+    messages = set(re.findall(r"^flashinfer-cutlass-moe-nvfp4 \[default\] on \S+: mismatch: .*$", res.stdout, re.M))
+    assert len(messages) == len(rows), res.stdout[-3000:]
+    named = flashinfer == "0.7.2.post1"
+    assert all(("FLASHINFER_NVFP4_4OVER6=1" in m) == named for m in messages), messages
