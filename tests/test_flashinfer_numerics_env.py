@@ -61,3 +61,18 @@ def test_the_nvfp4_moe_pins_4over6_off_only_where_the_library_takes_it(monkeypat
     hint = be.failure_hint(prep)
     assert "FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH=1" in hint  # never pinned by nvfp4_4over6
     assert ("FLASHINFER_NVFP4_4OVER6=1" in hint) == (not pinned)
+
+
+def test_the_moe_fake_reads_the_4over6_environment_as_the_library_does(monkeypatch):
+    """On only for exactly "1" (TRT-LLM ``getBoolEnv``); absolute error unless ERR_MODE is MSE
+    (any case); another ERR_MODE is an error."""
+    from fakes.flashinfer_moe import four_over_six_from_env
+
+    for value, mode in (("true", None), ("0", None), ("1", "MAE")):
+        monkeypatch.setenv("FLASHINFER_NVFP4_4OVER6", value)
+        assert four_over_six_from_env() == mode, value
+    monkeypatch.setenv("FLASHINFER_NVFP4_4OVER6_ERR_MODE", "mse")
+    assert four_over_six_from_env() == "MSE"
+    monkeypatch.setenv("FLASHINFER_NVFP4_4OVER6_ERR_MODE", "max")
+    with pytest.raises(ValueError, match="must be MAE or MSE"):
+        four_over_six_from_env()

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from fakes import flashinfer_releases as releases
 from fakes.arch import pretend
 from fakes.quantize import ISSUE_3398_M, FakeQuantizer, encode, swizzle
 from fp4bench import formats
@@ -164,8 +165,8 @@ def test_a_global_scale_other_than_ours_is_wrong_global_scale(gs):
 # -- adapters on the fake quantizers, through CaseRunner ------------------------------------------
 
 def _flashinfer(fake: FakeQuantizer) -> FlashInferQuantAPI:
-    return FlashInferQuantAPI(version="0.7.2.post1", fp4_quantize=fake.fp4_quantize,
-                              nvfp4_quantize=fake.nvfp4_quantize, layout_128x4="layout_128x4")
+    return FlashInferQuantAPI(version=fake.version, fp4_quantize=fake.fp4_quantize,
+                              nvfp4_quantize=fake.nvfp4_quantize, layout_128x4=releases.SfLayout.layout_128x4)
 
 
 def _quantizers(fake: FakeQuantizer):
@@ -182,6 +183,44 @@ def test_every_quantizer_row_passes_and_is_timed_on_correct_libraries(monkeypatc
         res = runner.run(be, QuantProblem(64, 256), tactic)
         assert res.status == MEASURED, (be.name, res.reason)
         assert res.extra_info["check"] == OK and res.timing.samples_s
+
+
+@pytest.mark.parametrize("version", sorted(releases.RELEASES))
+def test_every_flashinfer_quantizer_row_passes_under_each_release(monkeypatch, version):
+    """The adapters' calls fit both releases' signatures (0.7.4's default backend "auto" included)."""
+    pretend(monkeypatch, "B200")
+    runner = CaseRunner(CPU, FAST)
+    fake = FakeQuantizer(version=version)
+    for be in (FlashInferFp4Quantize(_flashinfer(fake)), FlashInferNvfp4Quantize(_flashinfer(fake))):
+        (tactic,) = be.tactics(QuantProblem(64, 256), CPU)
+        res = runner.run(be, QuantProblem(64, 256), tactic)
+        assert res.status == MEASURED and res.extra_info["check"] == OK, (version, be.name, res.reason)
+
+
+def test_the_quantizer_fakes_take_only_their_releases_parameters():
+    """Each release's ``fp4_quantize`` / ``nvfp4_quantize`` (fakes.flashinfer_releases, from the
+    wheels): 0.7.4 adds the keyword-only ``batch_invariant`` and defaults ``backend`` to "auto";
+    0.7.2.post1 raises TypeError for that keyword and its own ValueError for "auto"."""
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    gs = torch.ones(1)
+    old, new = FakeQuantizer(version="0.7.2.post1"), FakeQuantizer(version="0.7.4")
+    layout = releases.SfLayout.layout_128x4
+    for name, call in (("fp4_quantize", lambda q, **kw: q.fp4_quantize(x, gs, nvfp4_4over6=None, **kw)),
+                       ("nvfp4_quantize", lambda q, **kw: q.nvfp4_quantize(x, gs, layout, nvfp4_4over6=None, **kw))):
+        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'batch_invariant'$"):
+            call(old, batch_invariant=False)
+        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'not_a_keyword'$"):
+            call(new, not_a_keyword=1)
+        with pytest.raises(ValueError, match=r"^Unknown backend: auto\. Must be 'cuda'"):
+            call(old, backend="auto")
+        with pytest.raises(ValueError, match=r"^Unknown backend: tvm\. "):
+            call(new, backend="tvm")
+        same = [torch.equal(p, q) for p, q in zip(call(old), call(new, batch_invariant=False, backend="auto"))]
+        assert same == [True, True], name
+    # batch_invariant is keyword-only in 0.7.4 (after the positional nvfp4_4over6)
+    assert releases.RELEASES["0.7.4"].fp4_quantize.parameters["batch_invariant"].kind is releases._P.KEYWORD_ONLY
+    assert releases.RELEASES["0.7.4"].fp4_quantize.parameters["backend"].default == "auto"
+    assert releases.RELEASES["0.7.2.post1"].nvfp4_quantize.parameters["backend"].default == "cuda"
 
 
 def test_the_3398_fault_fails_as_all_zero_scales_at_its_m_only(monkeypatch):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from _wrapped import unwrapped
+from fakes.flashinfer import SM120_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "tests" / "fakes" / "sim"
@@ -219,13 +220,102 @@ def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_
     assert "lost tactic" not in res.stdout
 
 
-def test_the_4over6_environment_is_pinned_off_under_0_7_4(tmp_path):
-    """With FLASHINFER_NVFP4_4OVER6=1 the fused MoE would re-quantize its intermediate with another
-    recipe; under 0.7.4 the adapter passes ``nvfp4_4over6=None`` and the rows pass. (0.7.2.post1,
-    which has no such keyword, is covered by tests/test_flashinfer_numerics_env.py: the failed
-    check names the variable.)"""
-    res = bench(tmp_path, "--fp4-batches", "64", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds",
-                "moe", "--benchmark-disable", flashinfer="0.7.4", extra_env={"FLASHINFER_NVFP4_4OVER6": "1"})
+def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``fp4bench ab`` between the two simulated FlashInfer releases on one simulated GPU: the
+    SM120 dense backend, batch 1, every simulated tactic and the default row.
+
+    A simulated launch lasts 20 ms (``FP4SIM_CALL_S``), slept out by the fake (fakes/flashinfer.py:
+    a busy-wait is preempted by whole scheduler ticks on a loaded machine), and the ``fp4sim_ab``
+    workers run torch on one intra-op thread, so the fake's own CPU work (~1 ms) stays inside
+    it: what the rule sees is the simulated device time. Two processes a side, three rounds."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(FP4SIM_GPU=gpu, FP4SIM_FAULT="", FP4SIM_LIBRARY="", FP4SIM_TORCH="2.9.1", FP4SIM_CALL_S="0.02",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(SIM)]))
+    out = tmp_path / "ab.json"
+    a, b = FLASHINFER
+    # the CLI's own main, in a process that also loads the simulation (it lists sim-tiny)
+    cmd = [sys.executable, "-c", "import sys, fp4sim_ab; from fp4bench.cli import main; sys.exit(main(sys.argv[1:]))",
+           "ab", "--a", sys.executable, "--b", sys.executable,
+           "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}",
+           "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}",
+           "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
+           "--batches", "1", "--tactics", "all", "--device", "cpu", "--replicates", "2", "--rounds", "3",
+           "--round-samples", "3", "--floor", "8", "--l2", "hot", "--json", str(out)]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return res, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(tmp_path):
+    """0.7.4's SM120 launcher skips the stream-K workspace re-initialization: on a simulated RTX PRO
+    6000, ``fp4bench ab`` with 0.7.2.post1 on A and 0.7.4 on B judges exactly the stream-K tactics
+    PASS (improved) -- the memset is a fifth of a launch (fp4sim_world), -17 % against a guard band
+    of 4 % -- and every other row (the data-parallel tactics, the default row) PASS, not improved;
+    the stack difference is the FlashInfer version."""
+    res, js = _ab(tmp_path, "RTX PRO 6000")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    rows = {}
+    for r in js["benchmarks"]:
+        label, shape = re.search(r"flashinfer-cutlass-(t\d\d|default)-sim-tiny-b1-.*-(\w+)-m\d+n\d+k\d+$",
+                                 r["name"]).groups()
+        rows[label, shape] = r
+    tactics = sorted({label for label, _ in rows} - {"default"})
+    assert tactics and set(rows) == {(t, s) for t in tactics + ["default"] for _, s in rows}, sorted(rows)
+    # the simulated build's configs are the first of the released SM120 list (fakes/flashinfer.py)
+    streamk = {t for t in tactics if SM120_CONFIGS[int(t[1:])].endswith("_streamk")}
+    assert streamk and streamk != set(tactics), tactics
+    improved = set(re.findall(r"PASS \(improved\)\s+(flashinfer-cutlass-\S+)", res.stdout))
+    for (label, shape), r in rows.items():
+        assert r["status"] == "PASS" and r["decision"] == "PASS", r
+        faster = label in streamk
+        assert (r["name"] in improved) == faster and ("improved" in r["reason"]) == faster, \
+            (label, shape, r["delta_pct"], r["interval_pct"], r["reason"])
+    assert js["counts"].get("FAIL", 0) == 0 and js["exit_code"] == 0, js["counts"]
+    assert ["flashinfer", "0.7.2.post1", "0.7.4"] in js["changes"], js["changes"]
+
+
+MOE_64 = ("--fp4-batches", "64", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds", "moe")
+FOUR_OVER_SIX = {"FLASHINFER_NVFP4_4OVER6": "1"}
+
+
+def _moe_rows(tmp_path: Path, name: str, flashinfer: str, env: dict[str, str]) -> tuple[list[dict], dict]:
+    """The MoE cases' ``extra_info`` and the fingerprint from the line log of a simulated B200 run."""
+    path = tmp_path / f"{name}.lines.jsonl"
+    res = bench(tmp_path, *MOE_64, "--benchmark-disable", "--fp4-log", str(path), flashinfer=flashinfer, extra_env=env)
+    assert res.returncode == 0, res.stdout[-3000:]
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [r["extra_info"] for r in records if r["type"] == "case"]
+    assert rows and all(r["check"] == "ok" for r in rows), rows
+    return rows, next(r["fingerprint"] for r in records if r["type"] == "header")
+
+
+def test_the_4over6_environment_changes_0_7_2s_moe_output_within_the_bound_and_0_7_4_pins_it(tmp_path):
+    """``FLASHINFER_NVFP4_4OVER6=1``: 0.7.2.post1's fused MoE re-quantizes its intermediate with
+    the 4over6 recipe (it has no ``nvfp4_4over6`` keyword); 0.7.4 gets ``nvfp4_4over6=None`` from
+    the adapter and computes what it computes without the variable. The 4over6 recipe keeps every
+    element within one E2M1 step of the default recipe's, which the derived MoE bound admits
+    (reference_moe ``_FLIP``), so the rows PASS either way: the change shows as a lower SQNR
+    against the same-bytes reference and as the fingerprint's ``flashinfer_numerics_env``."""
+    plain, fp_plain = _moe_rows(tmp_path, "plain", "0.7.2.post1", {})
+    old, fp_old = _moe_rows(tmp_path, "old", "0.7.2.post1", FOUR_OVER_SIX)
+    new, fp_new = _moe_rows(tmp_path, "new", "0.7.4", FOUR_OVER_SIX)
+    sqnr = {k: [r["sqnr_db"] for r in rows] for k, rows in (("plain", plain), ("old", old), ("new", new))}
+    assert sqnr["new"] == sqnr["plain"], sqnr  # pinned: bit-identical output
+    assert all(o < p for o, p in zip(sqnr["old"], sqnr["plain"])), sqnr  # another recipe
+    assert fp_plain["flashinfer_numerics_env"] is None
+    assert fp_old["flashinfer_numerics_env"] == fp_new["flashinfer_numerics_env"] == "FLASHINFER_NVFP4_4OVER6=1"
+
+
+@pytest.mark.parametrize("flashinfer", FLASHINFER)
+def test_a_mismatch_of_the_nvfp4_moe_names_the_4over6_environment_where_the_kernel_obeys_it(tmp_path, flashinfer):
+    """A mismatching NVFP4 MoE row (here: a build that reads gate and up the wrong way round) names
+    ``FLASHINFER_NVFP4_4OVER6=1`` as a possible cause under 0.7.2.post1, which reads it; under 0.7.4
+    the adapter pinned the recipe, and the message does not name it."""
+    res = bench(tmp_path, *MOE_64, "--benchmark-disable", flashinfer=flashinfer, fault="gate_up_swapped",
+                extra_env=FOUR_OVER_SIX)
     rows = of(res, "flashinfer-cutlass-moe-nvfp4")
-    assert rows, res.stdout[-3000:]
-    assert res.returncode == 0 and all(s == "PASSED" for s, _ in rows.values()), rows
+    assert rows and res.returncode == 1 and all(s == "FAILED" for s, _ in rows.values()), res.stdout[-3000:]
+    # each failed case's message, as the failure section prints it
+    messages = set(re.findall(r"^flashinfer-cutlass-moe-nvfp4 \[default\] on \S+: mismatch: .*$", res.stdout, re.M))
+    assert len(messages) == len(rows), res.stdout[-3000:]
+    named = flashinfer == "0.7.2.post1"
+    assert all(("FLASHINFER_NVFP4_4OVER6=1" in m) == named for m in messages), messages

@@ -23,9 +23,10 @@ Semantics implemented (flashinfer 0.7.2.post1, ``gemm/gemm_base.py`` and
   (``fp4_gemm_template_sm100.h:281-302``, ``sm120.h:166-192``): ``workspace``,
   ``can_implement``, ``init``, ``run``. Argument checks raise ``FakeContractError`` (TVM-FFI's
   ``Check failed: ...`` RuntimeError).
-* Simulated device time (``call_s``, 0 = none): a launch lasts at least ``call_s``; on SM120 a
-  stream-K config of a release whose launcher re-initializes (``fakes.flashinfer_releases``,
-  0.7.2.post1) lasts ``streamk_memset_s`` longer: the workspace memset 0.7.4 no longer issues.
+* Simulated device time (``call_s``, 0 = none): a launch lasts at least ``call_s`` (the call
+  sleeps out what its CPU work left of it); on SM120 a stream-K config of a release whose
+  launcher re-initializes (``fakes.flashinfer_releases``, 0.7.2.post1) lasts
+  ``streamk_memset_s`` longer: the workspace memset 0.7.4 no longer issues.
 """
 
 from __future__ import annotations
@@ -138,13 +139,18 @@ class FakeCutlassFp4Runner:
         write(out, acc)
         self.owner.launches.append(tactic)
         self.owner.kernels.append(f"cutlass3x_{self.family}_fp4gemm_{config}")
-        self._spin_until(t0 + self.owner.device_time(self.family, config))
+        self._wait_until(t0 + self.owner.device_time(self.family, config))
         return out
 
     @staticmethod
-    def _spin_until(deadline: float) -> None:
-        while time.perf_counter() < deadline:
-            pass
+    def _wait_until(deadline: float) -> None:
+        """Sleep out the simulated device time: a kernel runs on the GPU, not on this CPU. A
+        busy-wait would be a CPU-bound task that the scheduler preempts on a loaded machine (by
+        a whole tick, ~4 ms, in ~40 % of 20 ms waits on the shared 2-core test machine); a sleeping
+        process is woken within ~0.1 ms in all but ~1 % of them."""
+        left = deadline - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
 
 
 @dataclass

@@ -17,9 +17,12 @@ Written from the library's binding and kernels, decoding with ``fakes.decode`` (
   ``failing`` tactics raise TRT-LLM's per-tactic texts (moe_gemm_tma_ws_launcher.inl:755-773).
 
 * keywords: exactly those of the release's signature (``fakes.flashinfer_releases``), an unknown
-  one raises Python's ``TypeError``; ``FLASHINFER_NVFP4_4OVER6`` set (and not pinned off by
-  0.7.4's ``nvfp4_4over6=None``) re-quantizes the intermediate with the 4over6 recipe (each
-  block scaled to 4 or 6, whichever rounds with the smaller error), as the library does.
+  one raises Python's ``TypeError``; ``FLASHINFER_NVFP4_4OVER6=1`` (and not pinned off by 0.7.4's
+  ``nvfp4_4over6=None``) re-quantizes the intermediate with the 4over6 recipe, as the library
+  does: each 16-block quantized with the scale that maps its amax to 6 and with 1.5 times it
+  (amax to 4), the one with the smaller summed error kept -- absolute error unless
+  ``FLASHINFER_NVFP4_4OVER6_ERR_MODE=MSE`` (TRT-LLM kernels/quantization_utils.cuh:418-427,
+  :519-530, :648; the variables read as common/envUtils.cpp:61-64, :370-385 read them).
 
 ``fault`` reproduces library/adapter disagreements for the simulated runs: ``gate_first``,
 ``scales_linear``, ``ignore_global`` (alpha not applied), ``arg_check`` (a check our call fails).
@@ -64,9 +67,21 @@ def e2m1_round(x: torch.Tensor) -> torch.Tensor:
     return grid[idx] * torch.sign(x)
 
 
-def requantize_nvfp4(x: torch.Tensor, gs: torch.Tensor, four_over_six: bool = False) -> torch.Tensor:
+def four_over_six_from_env() -> str | None:
+    """The 4over6 error mode the environment selects ("MAE" or "MSE"), None when 4over6 is off:
+    on only for ``FLASHINFER_NVFP4_4OVER6`` exactly "1" (envUtils.cpp:61-64 ``getBoolEnv``)."""
+    if os.environ.get("FLASHINFER_NVFP4_4OVER6") != "1":
+        return None
+    mode = os.environ.get("FLASHINFER_NVFP4_4OVER6_ERR_MODE", "MAE").upper()
+    if mode not in ("MAE", "MSE"):
+        raise ValueError("FLASHINFER_NVFP4_4OVER6_ERR_MODE must be MAE or MSE.")
+    return mode
+
+
+def requantize_nvfp4(x: torch.Tensor, gs: torch.Tensor, four_over_six: str | None = None) -> torch.Tensor:
     """``x`` [R, C] -> its NVFP4 round trip with encode global scale ``gs`` (the kernel's requant);
-    ``four_over_six``: per block, the better of scaling the block's amax to 6 or to 4."""
+    ``four_over_six`` ("MAE" / "MSE"): per block, the better by that error of scaling the block's
+    amax to 6 or to 4 (a tie keeps 6)."""
     r, c = x.shape
     b = x.reshape(r, c // 16, 16)
 
@@ -78,7 +93,8 @@ def requantize_nvfp4(x: torch.Tensor, gs: torch.Tensor, four_over_six: bool = Fa
     out = trip(6.0)
     if four_over_six:
         four = trip(4.0)
-        better = (four - b).square().sum(-1, keepdim=True) < (out - b).square().sum(-1, keepdim=True)
+        err = (lambda d: d.square()) if four_over_six == "MSE" else (lambda d: d.abs())
+        better = err(four - b).sum(-1, keepdim=True) < err(out - b).sum(-1, keepdim=True)
         out = torch.where(better, four, out)
     return out.reshape(r, c)
 
@@ -140,17 +156,16 @@ class FakeFusedMoE:
         """The release's ``cutlass_fused_moe``: its keywords only (TypeError otherwise)."""
         releases.bind(self.release.cutlass_fused_moe, "cutlass_fused_moe", kwargs)
         self.keywords.append(sorted(kwargs))
-        env_4over6 = os.environ.get("FLASHINFER_NVFP4_4OVER6", "0") not in ("", "0")
         pinned = "nvfp4_4over6" in kwargs and kwargs.pop("nvfp4_4over6") is None
         unmodelled = sorted(set(kwargs) - _MODELLED)
         if unmodelled:
             raise NotImplementedError(f"the fake cutlass_fused_moe does not model {unmodelled} (the library takes them)")
-        return self._run(four_over_six=env_4over6 and not pinned, **kwargs)
+        return self._run(four_over_six=None if pinned else four_over_six_from_env(), **kwargs)
 
     def _run(self, *, input, token_selected_experts, token_final_scales, fc1_expert_weights,
              fc2_expert_weights, output_dtype, quant_scales, output=None, input_sf=None,
              swizzled_input_sf=True, profile_ids=None, use_fused_finalize=True,
-             workspace_buffer=None, four_over_six: bool = False) -> torch.Tensor:
+             workspace_buffer=None, four_over_six: str | None = None) -> torch.Tensor:
         self.calls.append(list(profile_ids) if profile_ids is not None else None)
         check(input.dtype == torch.uint8 and input.dim() == 2, "input must be packed NVFP4 uint8 [T, H/2]")
         check(fc1_expert_weights.dtype == torch.int64 and fc2_expert_weights.dtype == torch.int64,

@@ -13,6 +13,13 @@ one release lacks fails in CPU tests as it would on the GPU:
 * ``get_cutlass_fused_moe_module(backend, use_fast_build=False)``: core.py:629 / :887.
 * ``CutlassFp4GemmRunner.forward(inputs, tactic=-1, do_preparation=False, **kwargs)``:
   gemm/gemm_base.py:2833 / :3230 (the real one takes ``**kwargs``).
+* the activation quantizers ``flashinfer.fp4_quantize`` / ``nvfp4_quantize`` (re-exported from
+  flashinfer/quantization/fp4_quantization.py): ``fp4_quantize`` :1053 (0.7.2.post1) / :1089
+  (0.7.4), ``nvfp4_quantize`` :1578 / :1646. 0.7.4 adds the keyword-only
+  ``batch_invariant=False`` to both and changes ``backend``'s default from ``"cuda"`` to
+  ``"auto"``, which means ``"cuda"`` unless ``batch_invariant`` (:1232-1233 / :1781-1782);
+  0.7.2.post1 raises ``ValueError("Unknown backend: ...")`` for ``"auto"`` (:1193 / :1860). These
+  signatures keep their real defaults (the fake reads them: ``bind_call``).
 
 Unchanged between the two (byte-identical files): the dense config tables and the SM120 default
 (include/flashinfer/gemm/fp4_gemm_cutlass_template*.h, csrc/fp4_gemm_cutlass*.cu), the runners'
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from enum import IntEnum
 
 _MOE_REQUIRED = ("input", "token_selected_experts", "token_final_scales", "fc1_expert_weights",
                  "fc2_expert_weights", "output_dtype", "quant_scales")
@@ -54,6 +62,34 @@ _RUNNER_REQUIRED = ("x_dtype", "weight_dtype", "output_dtype", "top_k", "tp_size
 _P = inspect.Parameter
 
 
+class _Unset:
+    """FlashInfer's ``_UNSET`` default of ``nvfp4_4over6`` (quantization/nvfp4_quantization_utils.py):
+    "not passed", i.e. the ``FLASHINFER_NVFP4_4OVER6*`` environment picks the recipe."""
+
+    def __repr__(self) -> str:
+        return "_UNSET"
+
+
+UNSET = _Unset()
+
+
+class SfLayout(IntEnum):
+    """``flashinfer.SfLayout`` (flashinfer/tllm_enums.py:232 / :239, the same in both releases)."""
+
+    layout_128x4 = 0
+    layout_8x4 = 1
+    layout_linear = 2
+
+
+#: fp4_quantize's parameters before ``backend`` and nvfp4_quantize's around it, with their defaults
+_FP4Q_HEAD = (("input", _P.empty), ("global_scale", None), ("sf_vec_size", 16), ("sf_use_ue8m0", False),
+              ("is_sf_swizzled_layout", True), ("is_sf_8x4_layout", False), ("is_global_scale_inversed", False),
+              ("enable_pdl", None))
+_NVFP4Q_HEAD = (("a", _P.empty), ("a_global_sf", _P.empty), ("sfLayout", SfLayout.layout_128x4), ("do_shuffle", False),
+                ("sf_vec_size", 16), ("enable_pdl", None))
+_NVFP4Q_TAIL = (("per_token_activation", False), ("expanded_idx_to_permuted_idx", None), ("out_scale", None))
+
+
 def signature(required: tuple[str, ...], optional: tuple[str, ...] = (), kwonly: tuple[str, ...] = ()
               ) -> inspect.Signature:
     """A signature with these parameter names (defaults are placeholders: only names and kinds matter)."""
@@ -61,6 +97,20 @@ def signature(required: tuple[str, ...], optional: tuple[str, ...] = (), kwonly:
         [_P(n, _P.POSITIONAL_OR_KEYWORD) for n in required]
         + [_P(n, _P.POSITIONAL_OR_KEYWORD, default=None) for n in optional]
         + [_P(n, _P.KEYWORD_ONLY, default=None) for n in kwonly])
+
+
+def with_defaults(positional: tuple[tuple[str, object], ...], kwonly: tuple[tuple[str, object], ...] = ()
+                  ) -> inspect.Signature:
+    """A signature with these ``(name, default)`` parameters (``_P.empty``: required)."""
+    return inspect.Signature([_P(n, _P.POSITIONAL_OR_KEYWORD, default=d) for n, d in positional]
+                             + [_P(n, _P.KEYWORD_ONLY, default=d) for n, d in kwonly])
+
+
+def _quantizers(backend: str, kwonly: tuple[tuple[str, object], ...]) -> tuple[inspect.Signature, inspect.Signature]:
+    """``fp4_quantize`` and ``nvfp4_quantize`` of a release whose ``backend`` defaults to ``backend``."""
+    fp4 = with_defaults(_FP4Q_HEAD + (("backend", backend), ("nvfp4_4over6", UNSET)), kwonly)
+    nvfp4 = with_defaults(_NVFP4Q_HEAD + (("backend", backend),) + _NVFP4Q_TAIL + (("nvfp4_4over6", UNSET),), kwonly)
+    return fp4, nvfp4
 
 
 @dataclass(frozen=True)
@@ -71,13 +121,31 @@ class Release:
     moe_runner: inspect.Signature
     #: stream-K launches re-initialize (one workspace memset per call): see the module docstring
     streamk_reinit: bool
+    fp4_quantize: inspect.Signature
+    nvfp4_quantize: inspect.Signature
+    #: the quantizers resolve ``backend="auto"`` to ``"cuda"`` (0.7.4; 0.7.2.post1 has no "auto")
+    quant_auto: bool
+    #: each quantizer's ``ValueError`` text for a backend it does not know (``{backend}``: the name)
+    quant_unknown_backend: dict[str, str]
 
 
+_Q072 = _quantizers("cuda", ())
+_Q074 = _quantizers("auto", (("batch_invariant", False),))
 RELEASES = {
     "0.7.2.post1": Release("0.7.2.post1", signature(_MOE_REQUIRED, _MOE_OPTIONAL, _MOE_KWONLY),
-                           signature(_WS_REQUIRED, (), _WS_KWONLY), signature(_RUNNER_REQUIRED), streamk_reinit=True),
+                           signature(_WS_REQUIRED, (), _WS_KWONLY), signature(_RUNNER_REQUIRED), streamk_reinit=True,
+                           fp4_quantize=_Q072[0], nvfp4_quantize=_Q072[1], quant_auto=False,
+                           # fp4_quantization.py:1193, :1860
+                           quant_unknown_backend={
+                               "fp4_quantize": "Unknown backend: {backend}. Must be 'cuda' or 'cute-dsl'.",
+                               "nvfp4_quantize": "Unknown backend: {backend}. Must be 'cuda', 'cute-dsl' or 'cake'."}),
     "0.7.4": Release("0.7.4", signature(_MOE_REQUIRED, _MOE_OPTIONAL, _MOE_KWONLY + ("nvfp4_4over6",)),
-                     signature(_WS_REQUIRED, (), _WS_KWONLY), signature(_RUNNER_REQUIRED), streamk_reinit=False),
+                     signature(_WS_REQUIRED, (), _WS_KWONLY), signature(_RUNNER_REQUIRED), streamk_reinit=False,
+                     fp4_quantize=_Q074[0], nvfp4_quantize=_Q074[1], quant_auto=True,
+                     # fp4_quantization.py:1265, :1991
+                     quant_unknown_backend={
+                         "fp4_quantize": "Unknown backend: {backend}. Must be 'auto', 'cuda' or 'cute-dsl'.",
+                         "nvfp4_quantize": "Unknown backend: {backend}. Must be 'cuda', 'cute-dsl' or 'cake'."}),
 }
 DEFAULT = "0.7.2.post1"
 
@@ -91,7 +159,15 @@ def release(version: str) -> Release:
 
 def bind(sig: inspect.Signature, name: str, kwargs: dict) -> None:
     """Raise the TypeError Python raises when ``name(**kwargs)`` does not fit ``sig``."""
+    bind_call(sig, name, (), kwargs)
+
+
+def bind_call(sig: inspect.Signature, name: str, args: tuple, kwargs: dict) -> dict:
+    """``name(*args, **kwargs)`` bound to ``sig``: every parameter's value, defaults filled in; the
+    TypeError Python raises when the call does not fit."""
     try:
-        sig.bind(**kwargs)
+        bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"{name}() {exc}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)

@@ -9,6 +9,11 @@ of ``fakes.decode``, padding zero.
 ``zero_scales`` reproduces FlashInfer #3398 (``nvfp4_quantize`` read a bf16 global scale as fp32
 and wrote all-zero block scales for some M, e.g. 384/512/1024 at K = 2048, while the GEMMs were
 innocent): for M in the set (and K in ``zero_scales_k`` when given) every scale byte is 0.
+
+``fp4_quantize`` / ``nvfp4_quantize`` take exactly the parameters of their release
+(``fakes.flashinfer_releases``, ``version``): a keyword the release lacks raises Python's
+``TypeError``, a ``backend`` it does not know the release's ``ValueError``; the defaults are the
+release's (0.7.4's ``backend="auto"`` is ``"cuda"``, 0.7.2.post1 has no ``"auto"``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fakes import flashinfer_releases as releases
 from fakes.decode import offsets_128x4, pad, require
 
 BLOCK = 16
@@ -63,6 +69,8 @@ def swizzle(sf: torch.Tensor) -> torch.Tensor:
 class FakeQuantizer:
     zero_scales: frozenset[int] = frozenset()
     zero_scales_k: frozenset[int] | None = None
+    #: the FlashInfer release whose quantizer signatures the FlashInfer entry points take
+    version: str = releases.DEFAULT
     calls: int = 0
     kernels: list[str] = field(default_factory=list)
 
@@ -80,22 +88,39 @@ class FakeQuantizer:
         self.kernels.append("quantize_with_block_size")
         return data, swizzle(sf)
 
-    # flashinfer 0.7.2.post1 flashinfer/quantization/fp4_quantization.py
-    def fp4_quantize(self, input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True,
-                     is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend="cuda",
-                     nvfp4_4over6="unset"):
-        require(sf_vec_size == 16 and not sf_use_ue8m0, "the fake implements NVFP4 (sf_vec_size=16, e4m3) only")
-        require(is_sf_swizzled_layout and not is_sf_8x4_layout and not is_global_scale_inversed and backend == "cuda",
-                "the fake implements the 128x4 swizzled layout with an encode global scale on backend 'cuda'")
-        require(nvfp4_4over6 is None, "pass nvfp4_4over6=None: otherwise FLASHINFER_NVFP4_4OVER6* pick the recipe")
-        return self._quantize(input, global_scale.to(torch.float32))
+    def _backend(self, name: str, args: dict) -> None:
+        """The release's backend resolution; the fake implements the CUDA kernel only."""
+        release = releases.release(self.version)
+        if args.get("batch_invariant"):
+            raise NotImplementedError(f"the fake {name} does not model batch_invariant=True")
+        backend = "cuda" if args["backend"] == "auto" and release.quant_auto else args["backend"]
+        if backend in ("cute-dsl", "cake"):
+            raise NotImplementedError(f"the fake {name} implements backend 'cuda' only, got {backend!r}")
+        if backend != "cuda":
+            raise ValueError(release.quant_unknown_backend[name].format(backend=args["backend"]))
 
-    def nvfp4_quantize(self, a, a_global_sf, sfLayout="layout_128x4", do_shuffle=False, sf_vec_size=16,
-                       enable_pdl=None, backend="cuda", per_token_activation=False,
-                       expanded_idx_to_permuted_idx=None, out_scale=None, nvfp4_4over6="unset"):
-        require(sfLayout == "layout_128x4" and not do_shuffle and not per_token_activation,
+    def fp4_quantize(self, *args, **kwargs):
+        """``flashinfer.fp4_quantize`` of the release (its parameters only)."""
+        a = releases.bind_call(releases.release(self.version).fp4_quantize, "fp4_quantize", args, kwargs)
+        self._backend("fp4_quantize", a)
+        require(a["sf_vec_size"] == 16 and not a["sf_use_ue8m0"], "the fake implements NVFP4 (sf_vec_size=16, e4m3) only")
+        require(a["is_sf_swizzled_layout"] and not a["is_sf_8x4_layout"] and not a["is_global_scale_inversed"],
+                "the fake implements the 128x4 swizzled layout with an encode global scale")
+        require(a["nvfp4_4over6"] is None, "pass nvfp4_4over6=None: otherwise FLASHINFER_NVFP4_4OVER6* pick the recipe")
+        return self._quantize(a["input"], a["global_scale"].to(torch.float32))
+
+    def nvfp4_quantize(self, *args, **kwargs):
+        """``flashinfer.nvfp4_quantize`` of the release: the 128x4, per-tensor-scale path, which
+        quantizes as ``fp4_quantize`` does."""
+        a = releases.bind_call(releases.release(self.version).nvfp4_quantize, "nvfp4_quantize", args, kwargs)
+        self._backend("nvfp4_quantize", a)
+        if not isinstance(a["sfLayout"], releases.SfLayout):
+            raise TypeError(f"sfLayout must be a SfLayout, got {a['sfLayout']!r}")
+        require(a["sfLayout"] == releases.SfLayout.layout_128x4 and not a["do_shuffle"]
+                and not a["per_token_activation"] and a["out_scale"] is None,
                 "the fake implements layout_128x4 without shuffle, per-tensor scale")
-        return self.fp4_quantize(a, a_global_sf, sf_vec_size, nvfp4_4over6=nvfp4_4over6)
+        return self.fp4_quantize(a["a"], a["a_global_sf"], a["sf_vec_size"], enable_pdl=a["enable_pdl"],
+                                 backend="cuda", nvfp4_4over6=a["nvfp4_4over6"])
 
     # sgl-kernel python/sgl_kernel/gemm.py
     def scaled_fp4_quant(self, input, input_global_scale):

@@ -80,7 +80,7 @@ SGL = FakeSglKernel(sm=120 if GPU.major == 12 else 100, misread=_MIS)
 TORCH = FakeTorchScaledMM(misread=_MIS)
 #: FlashInfer's activation quantizers (``quant_zero_scales``: FlashInfer #3398) and sgl_kernel's
 # any K: sim-tiny has no K = 2048 (the K of the upstream report)
-QUANT = FakeQuantizer(zero_scales=ISSUE_3398_M if FAULT == "quant_zero_scales" else frozenset())
+QUANT = FakeQuantizer(zero_scales=ISSUE_3398_M if FAULT == "quant_zero_scales" else frozenset(), version=FLASHINFER)
 SGL_QUANT = FakeQuantizer()
 
 
