@@ -1,7 +1,12 @@
 """Independent measurement windows of a pytest run.
 
-A window is one measurement of a case with its own prepared operands (re-prepared from the
-runner's cloned operand set), graph capture and cold-L2 copies. Samples inside one window share
+A window is one measurement of a case in fresh device memory: the runner releases every cached
+operand set, reference and prepared layout first (``CaseRunner.release``), so the window's
+operands are made again from the seed (the same bytes) into new allocations, with their own
+graph capture and cold-L2 copies. A memory-bound kernel's time depends on where its buffers
+landed (an H200 grouped bf16 row moved by +-4-6 % between allocations of one process and 0.2 %
+within one: docs/results-h200.md, run 19), so a window that reused the previous window's buffers
+would measure the same placement twice. Samples inside one window share
 its allocation, capture and power state, so they say how well that window's median is known and
 nothing about the next window; the gate (``gate.rule``) treats each window median as one
 replicate.
@@ -28,7 +33,7 @@ def take_window(runner: Any, backend: Any, spec: Any) -> tuple[list[float] | Non
     """One more window of ``spec``: (samples, "") or (None, why it could not be measured)."""
     from fp4bench.case import MEASURED
 
-    runner.drop_prepared()  # a fresh allocation and capture: an unlucky one is not measured twice
+    runner.release()  # fresh memory: an unlucky placement is not measured twice
     res = runner.run(backend, spec.problem, spec.tactic)
     if res.status != MEASURED or res.timing is None:
         return None, f"{res.status}: {res.reason}"
