@@ -297,7 +297,7 @@ class Fp4Session:
     def _gate(self, node, benchmark, spec, backend, base, fullname: str, res) -> None:
         """Judge the case now on its windows; while the rule wants more (``Verdict.wants_more``)
         and the per-case and session budgets allow, take another independent window: fresh
-        prepared operands and graph capture (``windows.take_window``), as asv and Pinpoint re-run
+        memory, operands, prepared layouts and graph capture (``windows.take_window``), as asv and Pinpoint re-run
         only the flagged benchmarks."""
         import time
 
