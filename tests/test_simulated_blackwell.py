@@ -315,7 +315,8 @@ def test_a_mismatch_of_the_nvfp4_moe_names_the_4over6_environment_where_the_kern
     rows = of(res, "flashinfer-cutlass-moe-nvfp4")
     assert rows and res.returncode == 1 and all(s == "FAILED" for s, _ in rows.values()), res.stdout[-3000:]
     # each failed case's message, as the failure section prints it
-    messages = set(re.findall(r"^flashinfer-cutlass-moe-nvfp4 \[default\] on \S+: mismatch: .*$", res.stdout, re.M))
+    messages = set(re.findall(r"flashinfer-cutlass-moe-nvfp4 \[default\] on \S+: mismatch: .*$", unwrapped(res.stdout),
+                              re.M))
     assert len(messages) == len(rows), res.stdout[-3000:]
     named = flashinfer == "0.7.2.post1"
     assert all(("FLASHINFER_NVFP4_4OVER6=1" in m) == named for m in messages), messages
