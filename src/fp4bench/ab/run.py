@@ -215,6 +215,13 @@ def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
 HELD_LIMIT_BYTES = 2 << 30
 
 
+def _stopped(est: AbEstimate, budget: bool, cfg: AbConfig) -> str:
+    """Why a decided benchmark's rounds stopped."""
+    if est.decision is not Decision.AMBIGUOUS:
+        return "decided"
+    return "time budget spent" if not budget else f"{cfg.max_rounds} rounds"
+
+
 def _problem_of(by_side: dict, name: str) -> str | None:
     """The benchmark's problem as listed (either side), to tell when the next one changes it."""
     import json
@@ -452,8 +459,7 @@ class AbRunner:
                     return
                 continue
             if est.decision is not Decision.MORE:
-                pair.stopped = ("decided" if est.decision is not Decision.AMBIGUOUS
-                                else "time budget spent" if not budget else f"{cfg.max_rounds} rounds")
+                pair.stopped = _stopped(est, budget, cfg)
                 return
             resident = sum(1 for p in parts.values() if p.status == "measured")
             fits = pair.capacity is None or resident + 2 <= pair.capacity
@@ -521,8 +527,7 @@ class AbRunner:
                     return
                 continue
             if est.decision is not Decision.MORE:
-                pair.stopped = ("decided" if est.decision is not Decision.AMBIGUOUS
-                                else "time budget spent" if not budget else f"{cfg.max_rounds} rounds")
+                pair.stopped = _stopped(est, budget, cfg)
                 return
             if est.spread_dominates and len(extra) < 2 * cfg.extra_pairs:
                 got = self._extra_pair(name, entries, parts, res, where)
