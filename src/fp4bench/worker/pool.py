@@ -242,9 +242,16 @@ class IsolatedRunner:
         return protocol.decode_result(reply)
 
     def drop_prepared(self) -> None:
+        self._drop(release=False)
+
+    def release(self) -> None:
+        """``CaseRunner.release`` in the worker: every cached operand set back to the driver."""
+        self._drop(release=True)
+
+    def _drop(self, *, release: bool) -> None:
         if self.worker.proc is not None:
             try:
-                self.worker.request({"op": "drop"})
+                self.worker.request({"op": "drop", "release": release})
             except WorkerLost:
                 pass  # the next run starts a fresh worker anyway
 
