@@ -15,7 +15,7 @@ LAYERS = {
     "models": 1, "problems": 1, "workloads": 1, "options": 1,
     "operands": 2, "reference": 2, "reference_moe": 2,
     "backends": 3, "testing": 3,
-    "measure": 4, "env": 4, "jit_cache": 4,
+    "measure": 4, "env": 4, "jit_cache": 4, "gpus": 4,
     "case": 5, "sweep": 5,
     "worker": 6, "windows": 6,
     "gate": 7, "linelog": 7,

@@ -1,0 +1,58 @@
+"""Visible GPUs by UUID without CUDA (``fp4bench.gpus.devices``), as CUDA_VISIBLE_DEVICES selects them."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp4bench.gpus import devices
+from fp4bench.gpus.devices import GpuListError, pin_env, visible_gpus
+
+
+@pytest.fixture
+def four(monkeypatch):
+    monkeypatch.setenv(devices.FAKE_ENV, "GPU-aa11,GPU-bb22,GPU-cc33,GPU-dd44")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_all_gpus_in_order_without_a_selection(four):
+    assert [g.uuid for g in visible_gpus()] == ["GPU-aa11", "GPU-bb22", "GPU-cc33", "GPU-dd44"]
+    assert [g.index for g in visible_gpus()] == [0, 1, 2, 3]
+
+
+def test_indices_and_uuid_prefixes_select_in_the_order_given(four, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,GPU-bb")
+    got = visible_gpus()
+    assert [(g.index, g.uuid) for g in got] == [(0, "GPU-dd44"), (1, "GPU-bb22")]
+
+
+def test_an_out_of_range_index_ends_the_list_as_cuda_does(four, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,7,0")
+    assert [g.uuid for g in visible_gpus()] == ["GPU-bb22"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == []
+
+
+def test_an_ambiguous_or_unknown_uuid_and_a_repeated_gpu_are_errors(four, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-")
+    with pytest.raises(GpuListError, match="matches 4 GPUs"):
+        visible_gpus()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-ffff")
+    with pytest.raises(GpuListError, match="matches 0 GPUs"):
+        visible_gpus()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,GPU-aa11")
+    with pytest.raises(GpuListError, match="twice"):
+        visible_gpus()
+
+
+def test_a_count_gives_numbered_fakes_and_a_bad_fake_list_is_refused(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv(devices.FAKE_ENV, "2")
+    assert [g.uuid for g in visible_gpus()] == ["GPU-fake-0", "GPU-fake-1"]
+    monkeypatch.setenv(devices.FAKE_ENV, "gpu0,gpu1")
+    with pytest.raises(GpuListError, match="UUIDs"):
+        visible_gpus()
+
+
+def test_a_worker_is_pinned_by_uuid(four):
+    g = visible_gpus()[2]
+    assert pin_env(g) == {"CUDA_VISIBLE_DEVICES": "GPU-cc33"}
