@@ -17,6 +17,10 @@ class AbDefaults:
     #: more than their rounds scatter: up to 6 processes a side, what the simulation test
     #: (tests/test_rule_simulation.py) needs for a +3 % change to FAIL in >= 95 % of benchmarks
     extra_pairs: int = 3
+    #: "process": one placement set per process and benchmark (every capture already averages
+    #: ``min_copies`` placements, measure.copies); "round": every round after a process's first
+    #: in fresh device memory, at ~0.3-0.7 s a round and process
+    placement: str = "process"
     time_budget_s: float = 600.0  # the whole run
     benchmark_budget_s: float = 30.0  # added measurement per benchmark
     timeout_s: float = 900.0  # one request before it is a hang
