@@ -1,7 +1,8 @@
-"""``fp4bench ab --placement round``: every round after a process's first times the case in
-fresh device memory, so a process's mean averages over buffer placements (on an H200 a
-memory-bound grouped bf16 row moved by +-4-6 % between allocations of one process, 0.2 %
-within one: docs/results-h200.md, run 19)."""
+"""``fp4bench ab`` and buffer placement: every capture rotates over ``--min-copies`` operand
+copies, each its own allocation, so one placement set per process (``--placement process``, the
+default) already averages several placements; ``--placement round`` also times every round
+after a process's first in fresh device memory (on an H200 a memory-bound grouped bf16 row moved
+by +-4-6 % between allocations of one process, 0.2 % within one: docs/results-h200.md, run 19)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,15 @@ def test_rounds_after_the_first_are_placed_afresh_only_with_round_placement(monk
 def test_placement_must_be_round_or_process():
     with pytest.raises(ValueError, match="--placement"):
         AbConfig(sweep=SWEEP, placement="window")
+
+
+def test_by_default_a_process_keeps_its_placement_set_and_the_workers_get_the_copy_rule():
+    from fp4bench.ab.run import _init
+    from fp4bench.cli_ab import build_parser
+
+    cfg = AbConfig(sweep=SWEEP)
+    assert cfg.placement == "process" and cfg.min_copies == 4
+    args = build_parser().parse_args(["--a", "python3", "--b", "python3"])
+    assert args.placement == "process" and args.min_copies == 4
+    init = _init(Side(sys.executable), AbConfig(sweep=SWEEP, min_copies=6))
+    assert init["min_copies"] == 6 and Child({**init, "device": "cpu"}).runner.min_copies == 6

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import _noise_model as nm
+from fp4bench.ab.defaults import DEFAULTS as AB_DEFAULTS
 from fp4bench.gate import rule
 
 PASS, FAIL, MORE, AMBIGUOUS = 0, 1, 2, 3
@@ -22,7 +23,7 @@ STORED = rule.RuleSettings()  # the stored-baseline gate: floor 5 %
 AB = rule.RuleSettings(floor=0.03)  # fp4bench ab
 BASE_WINDOWS = 3  # --fp4-windows when saving a baseline
 MAX_WINDOWS = 4  # --fp4-max-windows
-AB_PROCESSES, AB_MAX_PROCESSES, AB_ROUNDS = 3, 6, 8
+AB_PROCESSES, AB_MAX_PROCESSES, AB_ROUNDS = 3, 3 + AB_DEFAULTS.extra_pairs, 8
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +31,18 @@ def suite():
     return nm.h200_suite()
 
 
-def sequential(rng, sd: np.ndarray, settings: rule.RuleSettings, effect: np.ndarray | float = 0.0,
+def sequential(rng, s: nm.Suite, settings: rule.RuleSettings, effect: np.ndarray | float = 0.0,
                unit_sigma: float = 0.0, base_windows: int = BASE_WINDOWS, max_windows: int = MAX_WINDOWS):
-    """Stored-baseline gate: ``sd`` (runs, benchmarks). Returns (decision, new windows taken)."""
+    """Stored-baseline gate over the benchmarks of ``s`` (shape (runs, benchmarks)). The baseline
+    and the new run are two processes: each carries its own placement offset, shared by its
+    windows. Returns (decision, new windows taken)."""
+    sd = s.sd
     runs = sd.shape[0]
-    base = nm.windows(rng, sd, base_windows, common=rng.normal(0, nm.PASS_SIGMA, (runs, 1, base_windows)))
+    base = nm.windows(rng, sd, base_windows, common=rng.normal(0, nm.PASS_SIGMA, (runs, 1, base_windows)),
+                      drift=s.drift) + nm.placement(rng, s.place)
     # a suspect's further windows are taken in its own test, back to back: one pass shift
-    new = nm.windows(rng, sd, max_windows, common=rng.normal(0, nm.PASS_SIGMA, (runs, 1, 1)))
+    new = nm.windows(rng, sd, max_windows, common=rng.normal(0, nm.PASS_SIGMA, (runs, 1, 1)),
+                     drift=s.drift) + nm.placement(rng, s.place)
     new += np.asarray(effect)[..., None] + rng.normal(0, unit_sigma, sd.shape)[..., None]
     flat_b, flat_n = base.reshape(-1, base_windows), new.reshape(-1, max_windows)
     out = np.full(flat_b.shape[0], -1, dtype=np.int8)
@@ -49,16 +55,25 @@ def sequential(rng, sd: np.ndarray, settings: rule.RuleSettings, effect: np.ndar
     return out.reshape(sd.shape), taken.reshape(sd.shape)
 
 
-def ab(rng, sd: np.ndarray, settings: rule.RuleSettings, effect: float = 0.0, process_sigma=nm.PROCESS_SIGMA,
+def _process_sd(s: nm.Suite, process_sigma) -> np.ndarray:
+    """A process's offset: the process term and its placement offset (one placement set per
+    process and benchmark: ``fp4bench ab --placement process``)."""
+    return np.sqrt(np.asarray(process_sigma) ** 2 + s.ab_place ** 2)
+
+
+def ab(rng, s: nm.Suite, settings: rule.RuleSettings, effect: float = 0.0, process_sigma=nm.PROCESS_SIGMA,
        side_bias: np.ndarray | float = 0.0):
     """fp4bench ab: R processes a side, rounds interleaved; a process's value is the mean over
-    rounds of its round-centred log time. ``process_sigma``/``side_bias`` broadcast over ``sd``
-    (runs, benchmarks). More processes while the rule says MORE, up to AB_MAX_PROCESSES."""
+    rounds of its round-centred log time. ``process_sigma``/``side_bias`` broadcast over the
+    benchmarks of ``s`` (runs, benchmarks). More processes while the rule says MORE, up to
+    AB_MAX_PROCESSES."""
+    sd = s.sd
     shape = sd.shape + (2 * AB_MAX_PROCESSES, AB_ROUNDS)
     x = rng.normal(0, 1, shape) * sd[..., None, None] + rng.normal(0, nm.WINDOW_SIGMA, shape)
+    x += rng.normal(0, 1, shape) * s.drift[..., None, None]
     x += (rng.random(shape) < nm.JUMP_P) * rng.choice([-1.0, 1.0], shape) * rng.uniform(nm.JUMP_LO, nm.JUMP_HI, shape)
     x += rng.normal(0, nm.PASS_SIGMA, sd.shape + (1, AB_ROUNDS))  # a round's common state
-    x += rng.normal(0, 1, sd.shape + (2 * AB_MAX_PROCESSES, 1)) * np.asarray(process_sigma)[..., None, None]
+    x += rng.normal(0, 1, sd.shape + (2 * AB_MAX_PROCESSES, 1)) * _process_sd(s, process_sigma)[..., None, None]
     side_b = np.arange(2 * AB_MAX_PROCESSES) % 2 == 1
     x[..., side_b, :] += effect + np.asarray(side_bias)[..., None, None]
     flat = x.reshape(-1, 2 * AB_MAX_PROCESSES, AB_ROUNDS)
@@ -87,7 +102,7 @@ def test_the_noise_model_reproduces_the_measured_aa(suite):
 def test_unchanged_same_unit_runs_false_fail_at_most_1pct(suite):
     rng = np.random.default_rng(1)
     runs = 1000
-    d, taken = sequential(rng, np.broadcast_to(suite.sd, (runs, suite.size)), STORED)
+    d, taken = sequential(rng, suite.pick(np.broadcast_to(np.arange(suite.size), (runs, suite.size))), STORED)
     failed_runs = (d == FAIL).any(axis=1).mean()
     assert failed_runs <= 0.01, failed_runs
     # the session's window budget (--fp4-window-budget 120 s at ~1.5 s a window: 80 windows) is
@@ -103,9 +118,9 @@ def test_five_percent_on_one_benchmark_fails_at_least_95pct(suite, unit_sigma):
     from fp4bench.gate.verdict import CROSS_UNIT_SIGMA
 
     rng = np.random.default_rng(2)
-    sd = rng.choice(suite.sd, (4000, 1))
+    picked = suite.pick(rng.integers(0, suite.size, (4000, 1)))
     settings = STORED if unit_sigma == 0 else rule.RuleSettings(unit_sigma=CROSS_UNIT_SIGMA)
-    d, _ = sequential(rng, sd, settings, effect=math.log(1.05), unit_sigma=unit_sigma)
+    d, _ = sequential(rng, picked, settings, effect=math.log(1.05), unit_sigma=unit_sigma)
     rate = (d == FAIL).mean()
     print(f"+5 %, unit_sigma {unit_sigma}: FAIL {rate:.3f}")
     if unit_sigma == 0:
@@ -119,23 +134,25 @@ def test_unchanged_other_unit_runs_false_fail_at_most_1pct(suite):
 
     rng = np.random.default_rng(3)
     runs = 300
-    d, _ = sequential(rng, np.broadcast_to(suite.sd, (runs, suite.size)),
+    d, _ = sequential(rng, suite.pick(np.broadcast_to(np.arange(suite.size), (runs, suite.size))),
                       rule.RuleSettings(unit_sigma=CROSS_UNIT_SIGMA), unit_sigma=nm.UNIT_SIGMA)
     assert (d == FAIL).any(axis=1).mean() <= 0.01
 
 
-def ab_in_turns(rng, sd: np.ndarray, settings: rule.RuleSettings, effect: float = 0.0,
+def ab_in_turns(rng, s: nm.Suite, settings: rule.RuleSettings, effect: float = 0.0,
                 process_sigma=nm.PROCESS_SIGMA):
     """fp4bench ab when the slots take turns (device memory, ``ab.schedule.turns``): each slot
     has rounds of its own, shared by its A and B process only; a slot's replicate is the mean
     over its rounds of log(B) - log(A) (``ab.estimate.ab_estimate_paired``). More slots while
     the rule says MORE, up to AB_MAX_PROCESSES (the runner adds a pair while the processes
     disagree more than their rounds scatter, which the process offsets make the rule here)."""
+    sd = s.sd
     shape = sd.shape + (AB_MAX_PROCESSES, 2, AB_ROUNDS)
     x = rng.normal(0, 1, shape) * sd[..., None, None, None] + rng.normal(0, nm.WINDOW_SIGMA, shape)
+    x += rng.normal(0, 1, shape) * s.drift[..., None, None, None]
     x += (rng.random(shape) < nm.JUMP_P) * rng.choice([-1.0, 1.0], shape) * rng.uniform(nm.JUMP_LO, nm.JUMP_HI, shape)
     x += rng.normal(0, nm.PASS_SIGMA, sd.shape + (AB_MAX_PROCESSES, 1, AB_ROUNDS))  # a round's state: one slot's
-    x += rng.normal(0, 1, sd.shape + (AB_MAX_PROCESSES, 2, 1)) * np.asarray(process_sigma)[..., None, None, None]
+    x += rng.normal(0, 1, sd.shape + (AB_MAX_PROCESSES, 2, 1)) * _process_sd(s, process_sigma)[..., None, None, None]
     x[..., 1, :] += effect
     d = (x[..., 1, :] - x[..., 0, :]).mean(axis=-1).reshape(-1, AB_MAX_PROCESSES)
     out = np.full(d.shape[0], -1, dtype=np.int8)
@@ -152,29 +169,30 @@ AB_BENCHMARKS = 78  # the default ab sweep over GLM-5 (docs/results-h200.md, run
 
 def test_ab_aa_false_fails_at_most_1pct_of_runs(suite):
     rng = np.random.default_rng(4)
-    sd = np.broadcast_to(rng.choice(suite.sd, AB_BENCHMARKS), (1000, AB_BENCHMARKS))
-    d = ab(rng, sd, AB)
+    d = ab(rng, suite.pick(np.broadcast_to(rng.integers(0, suite.size, AB_BENCHMARKS), (1000, AB_BENCHMARKS))), AB)
     assert (d == FAIL).any(axis=1).mean() <= 0.01
 
 
 def test_ab_three_percent_fails_at_least_95pct(suite):
+    """The acceptance (>= 95 %). With one placement set per process (the default) each process
+    carries its placement offset on top of PROCESS_SIGMA, so a benchmark may take up to 7
+    processes a side (``AbDefaults.extra_pairs``)."""
     rng = np.random.default_rng(5)
-    sd = rng.choice(suite.sd, (4000, 1))
-    d = ab(rng, sd, AB, effect=math.log(1.03))
+    d = ab(rng, suite.pick(rng.integers(0, suite.size, (4000, 1))), AB, effect=math.log(1.03))
     assert (d == FAIL).mean() >= 0.95
 
 
 def test_ab_in_turns_aa_false_fails_at_most_1pct_of_runs(suite):
     rng = np.random.default_rng(14)
-    sd = np.broadcast_to(rng.choice(suite.sd, AB_BENCHMARKS), (1000, AB_BENCHMARKS))
-    d = ab_in_turns(rng, sd, AB)
+    d = ab_in_turns(rng, suite.pick(np.broadcast_to(rng.integers(0, suite.size, AB_BENCHMARKS),
+                                                    (1000, AB_BENCHMARKS))), AB)
     assert (d == FAIL).any(axis=1).mean() <= 0.01
 
 
 def test_ab_in_turns_three_percent_fails_at_least_95pct(suite):
+    """The acceptance (>= 95 %, none PASS), slots of one process per side up to 7."""
     rng = np.random.default_rng(15)
-    sd = rng.choice(suite.sd, (4000, 1))
-    d = ab_in_turns(rng, sd, AB, effect=math.log(1.03))
+    d = ab_in_turns(rng, suite.pick(rng.integers(0, suite.size, (4000, 1))), AB, effect=math.log(1.03))
     print(f"ab in turns +3 %: FAIL {(d == FAIL).mean():.3f}, PASS {(d == PASS).mean():.3f}")
     assert (d == FAIL).mean() >= 0.95 and (d == PASS).mean() == 0
 
@@ -188,16 +206,19 @@ def test_ab_before_the_fix_is_not_rescued_by_the_rule(suite):
     rng = np.random.default_rng(6)
     runs = 500
     sd = np.broadcast_to(rng.choice(suite.sd, AB_BENCHMARKS), (runs, AB_BENCHMARKS))
+    # the measured offsets below are the whole per-process term (one placement a side), no more
+    pre = nm.Suite(sd, np.zeros_like(sd), np.zeros_like(sd), np.zeros_like(sd))
     sigma = np.full(AB_BENCHMARKS, nm.PROCESS_SIGMA)
     sigma[2:11] = 0.02
     bias = np.zeros((runs, AB_BENCHMARKS))
     bias[:, :2] = -rng.uniform(0.031, 0.055, (runs, 2))
-    d = ab(rng, sd, AB, process_sigma=sigma, side_bias=bias)
+    d = ab(rng, pre, AB, process_sigma=sigma, side_bias=bias)
     assert (d == FAIL).any(axis=1).mean() > 0.01
     offset_rows = d[:, 2:11]
     print(f"pre-fix A/A: FAIL runs {(d == FAIL).any(axis=1).mean():.3f}, offset rows PASS "
           f"{(offset_rows == PASS).mean():.3f} AMBIGUOUS {(offset_rows == AMBIGUOUS).mean():.3f}")
-    slow = ab(rng, sd[:, :11], AB, effect=math.log(1.03), process_sigma=sigma[:11], side_bias=bias[:, :11])
+    slow = ab(rng, pre.pick(np.s_[:, :11]), AB, effect=math.log(1.03), process_sigma=sigma[:11],
+              side_bias=bias[:, :11])
     print(f"pre-fix +3 %: biased rows FAIL {(slow[:, :2] == FAIL).mean():.3f}, "
           f"offset rows FAIL {(slow[:, 2:] == FAIL).mean():.3f}")
     assert (slow[:, :2] == FAIL).mean() < 0.5  # the bias hides the slowdown: why the fix was needed

@@ -14,7 +14,6 @@ only turns a ``CaseResult`` into skip / fail / benchmark stats.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
+from fp4bench.measure import copies as copy_rule
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
 from fp4bench.measure.telemetry import TelemetrySampler
@@ -65,6 +65,38 @@ def _clone(obj: Any) -> Any:
     return obj
 
 
+def _clone_bytes(obj: Any) -> int:
+    """The bytes ``_clone(obj)`` allocates: every tensor inside, one clone each."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(_clone_bytes(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init)
+    return 0
+
+
+#: the bf16 weight originals of an operand set (``Operands.w``, ``w2``)
+_WEIGHT_ORIGINALS = ("w", "w2")
+
+
+def _copied_fields(ops: Operands) -> list[str]:
+    """The fields a rotating copy clones: everything a backend of the operand set's formats reads.
+    With a quantized weight format the bf16 weight originals are only the quantizer's input (the
+    backends and the reference read ``qw``/``qw2``: ``reference.decoded_weights``), so a copy
+    shares them instead of cloning two to four times the bytes it times."""
+    shared = _WEIGHT_ORIGINALS if ops.weight_format != "bf16" else ()
+    return [f.name for f in dataclasses.fields(ops) if f.init and f.name not in shared]
+
+
+def operand_copy(ops: Operands) -> Operands:
+    """A rotating copy of ``ops``: the same bytes, in allocations of its own (``_copied_fields``)."""
+    return dataclasses.replace(ops, **{n: _clone(getattr(ops, n)) for n in _copied_fields(ops)})
+
+
+def copy_bytes(ops: Operands) -> int:
+    """The device bytes ``operand_copy(ops)`` allocates: what one more copy costs."""
+    return sum(_clone_bytes(getattr(ops, n)) for n in _copied_fields(ops))
+
+
 def _options_key(options: dict[str, Any]) -> tuple:
     """Hashable form of reference options (tensors by value: a recalibrated scale is another key)."""
     out = []
@@ -76,20 +108,30 @@ def _options_key(options: dict[str, Any]) -> tuple:
     return tuple(out)
 
 
-def measurement_of(device_type: str, cold_l2: bool, timer: str) -> dict[str, str]:
-    """The effective L2 state (a CPU run is always cache-hot) and timer of a runner's settings:
-    what a saved run records and a baseline's must match."""
-    return {"l2": "cold" if cold_l2 and device_type == "cuda" else "hot", "timer": timer}
+def measurement_of(device_type: str, cold_l2: bool, timer: str, min_copies: int = copy_rule.MIN_COPIES
+                   ) -> dict[str, Any]:
+    """The effective L2 state (a CPU run is always cache-hot), timer and rotating-copy rule of a
+    runner's settings: what a saved run records and a baseline's must match. ``min_copies`` and
+    ``copy_memory`` (``measure.copies``) say how many placements a case averages at least and
+    the share of device memory its copies may take; with a hot L2 every case has one copy."""
+    cold = cold_l2 and device_type == "cuda"
+    out: dict[str, Any] = {"l2": "cold" if cold else "hot", "timer": timer, "min_copies": min_copies if cold else 1}
+    if cold:
+        out["copy_memory"] = copy_rule.MEMORY_FRACTION
+    return out
 
 
 class CaseRunner:
     """Holds the per-session caches (operands, references) and the measurement settings."""
 
     def __init__(self, device: torch.device, timing: TimingConfig, *, cold_l2: bool = True,
-                 seed: int = 0, max_rotating_copies: int = 16,
+                 seed: int = 0, min_copies: int = copy_rule.MIN_COPIES,
+                 max_rotating_copies: int = copy_rule.MAX_COPIES,
                  peaks: peak_table.GpuPeaks | None = None, cache_size: int = 2):
         self.device, self.timing, self.cold_l2, self.seed = device, timing, cold_l2, seed
-        self.max_rotating_copies = max_rotating_copies
+        if not 1 <= min_copies <= max_rotating_copies:
+            raise ValueError(f"min_copies must be in 1..{max_rotating_copies}, got {min_copies}")
+        self.min_copies, self.max_rotating_copies = min_copies, max_rotating_copies
         self.peaks = peaks
         self._ops: OrderedDict[tuple, Operands] = OrderedDict()
         self._refs: OrderedDict[tuple, _Reference] = OrderedDict()
@@ -100,9 +142,9 @@ class CaseRunner:
         self._prep_for: tuple[Backend, Operands] | None = None
         self._prep: Prepared | None = None
 
-    def measurement(self) -> dict[str, str]:
+    def measurement(self) -> dict[str, Any]:
         """How this runner takes its times (recorded in a saved run's ``sweep``)."""
-        return measurement_of(self.device.type, self.cold_l2, self.timing.mode)
+        return measurement_of(self.device.type, self.cold_l2, self.timing.mode, self.min_copies)
 
     # -- caches -------------------------------------------------------------------------
     def _lru(self, cache: OrderedDict, key: tuple, make):
@@ -240,14 +282,25 @@ class CaseRunner:
         ops = self.operands(problem, backend.act_format, backend.weight_format)
         return self._rotating_calls(backend, problem, ops, self.prepared(backend, problem, ops), tactic)
 
+    def copies_for(self, backend: Backend, problem: Problem, ops: Operands) -> int:
+        """Rotating copies of this case (``measure.copies``): one with a hot L2 or off CUDA; else
+        from the GPU's L2 and *total* memory, so every process on the GPU gets the same count."""
+        if not (self.cold_l2 and self.device.type == "cuda"):
+            return 1
+        props = torch.cuda.get_device_properties(self.device)
+        return copy_rule.copy_count(l2_bytes=props.L2_cache_size,
+                                    footprint_bytes=problem.bytes_moved(backend.act_format, backend.weight_format),
+                                    copy_bytes=copy_bytes(ops), total_bytes=props.total_memory,
+                                    min_copies=self.min_copies, max_copies=self.max_rotating_copies)
+
     def _rotating_calls(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared,
                         tactic: Tactic) -> list:
-        copies = 1
-        if self.cold_l2 and self.device.type == "cuda":
-            l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
-            footprint = max(1.0, problem.bytes_moved(backend.act_format, backend.weight_format))
-            copies = int(min(self.max_rotating_copies, max(1, math.ceil(3 * l2 / footprint))))
-        preps = [prep] + [backend.prepare(problem, _clone(ops), self.device) for _ in range(copies - 1)]
+        """One callable per copy: the prepared checked operands, then each further copy cloned
+        into allocations of its own (``operand_copy``, made while the others are alive, so at
+        another place in device memory) and prepared. Made afresh for every measurement, never
+        cached."""
+        copies = self.copies_for(backend, problem, ops)
+        preps = [prep] + [backend.prepare(problem, operand_copy(ops), self.device) for _ in range(copies - 1)]
         return [(lambda p=p: backend.run(p, tactic)) for p in preps]
 
     def _describe(self, backend: Backend, version: str | None, problem: Problem, tactic: Tactic) -> dict:

@@ -73,10 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-resident", type=_count(2), default=None,
                     help="at most this many processes hold one benchmark at once; beyond it the process pairs "
                          "take turns (default: as many as the GPU's free memory holds, read at the first capture)")
-    ap.add_argument("--placement", choices=("round", "process"), default="round",
-                    help="round: every round after a process's first times the case in fresh device memory, so "
-                         "each process averages over buffer placements (a memory-bound kernel's time depends on "
-                         "them); process: one placement per process and benchmark (default %(default)s)")
+    ap.add_argument("--placement", choices=("round", "process"), default=d.placement,
+                    help="process: one placement set per process and benchmark (each capture already rotates over "
+                         "--min-copies operand copies, each its own allocation); round: also every round after a "
+                         "process's first in fresh device memory, ~0.3-0.7 s more a round and process "
+                         "(default %(default)s)")
     ap.add_argument("--round-samples", type=_count(3), default=d.round_samples,
                     help="samples per process and round (default %(default)d)")
     ap.add_argument("--time-budget", type=positive_seconds, default=d.time_budget_s,
@@ -152,7 +153,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
                        time_budget_s=args.time_budget, benchmark_budget_s=args.benchmark_budget,
                        settings=RuleSettings(floor=floor), timeout_s=args.case_timeout, timer=args.timer,
                        plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed,
-                       max_resident=args.max_resident, placement=args.placement)
+                       max_resident=args.max_resident, placement=args.placement, min_copies=args.min_copies)
         runner = AbRunner(*sides, cfg)
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from fp4bench.measure.copies import MAX_COPIES, MEMORY_FRACTION, MIN_COPIES
 from fp4bench.models import MoEModel, get_model, list_models
 
 if TYPE_CHECKING:  # fp4bench.workloads imports torch: not before a command has parsed its arguments
@@ -171,6 +172,17 @@ def seed(text: str) -> int:
     return v
 
 
+def copy_count(text: str) -> int:
+    """A number of rotating operand copies, 1..``MAX_COPIES`` (``measure.copies``)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of copies, got {text!r}") from None
+    if not 1 <= v <= MAX_COPIES:
+        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_COPIES}, got {v}")
+    return v
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``parse_ints`` as an argparse type."""
     try:
@@ -222,6 +234,10 @@ SWEEP = (
     Option("device", "torch device (default cuda:0 if present, else cpu)"),
     Option("plugin", "import a module defining BACKENDS (repeatable)", action="append", default=[]),
     Option("l2", "L2 state while timing (default cold)", choices=("cold", "hot"), default="cold"),
+    Option("min-copies", "cold L2 on a GPU: every case rotates over at least this many operand copies, each "
+           f"its own allocation, so its time averages over buffer placements (within {MEMORY_FRACTION * 100:.0f}%% of "
+           "the GPU's total memory; recorded with the run; default %(default)d)", type=copy_count,
+           default=MIN_COPIES),
 )
 
 #: how the gate decides; the defaults are ``gate.verdict.Policy``'s (tests/test_options.py checks)

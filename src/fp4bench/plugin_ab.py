@@ -168,7 +168,7 @@ class AbPlugin:
                        settings=RuleSettings(floor=st.policy.floor),
                        round_samples=opt("fp4_ab_round_samples"), timeout_s=opt("fp4_case_timeout"),
                        plugins=tuple(opt("fp4_plugin")), cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
-                       max_resident=opt("fp4_ab_max_resident"))
+                       min_copies=opt("fp4_min_copies"), max_resident=opt("fp4_ab_max_resident"))
         verbose = self.config.get_verbosity() > 0
         runner = AbRunner(Side(item.against, self.env_a), Side(sys.executable), cfg,
                           progress=self._echo if verbose else (lambda line: None))

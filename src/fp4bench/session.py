@@ -91,7 +91,7 @@ class Fp4Session:
                               energy_window_s=opt("fp4_energy_window"))
         gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
         self.runner = CaseRunner(self.device, timing, cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
-                                 peaks=gpu_peaks)
+                                 min_copies=opt("fp4_min_copies"), peaks=gpu_peaks)
         if opt("fp4_isolate"):
             self.runner = _isolated_runner(self.config, self.runner, str(self.device))
         self.policy = Policy(**policy_kwargs(lambda name: opt("fp4_" + name.replace("-", "_"))))
@@ -99,7 +99,7 @@ class Fp4Session:
 
     def measurement(self) -> dict[str, Any]:
         """How this run takes its times, recorded in the saved ``sweep`` and checked against the
-        baseline's: effective L2 state (a CPU run is always cache-hot) and timer."""
+        baseline's: effective L2 state (a CPU run is always cache-hot), timer and copy rule."""
         return self.runner.measurement()
 
     def test_only(self) -> dict[str, str]:
@@ -348,7 +348,7 @@ class Fp4Session:
             current = {name: (self.windows[name][:self.judged.get(name, len(self.windows[name]))], extra)
                        for name, (_, extra) in self.measured.items()}
             self._result = compare(self.baseline, current, self.availability, self.policy, self.fingerprint,
-                                   scope=scope)
+                                   current_sweep=self.measurement(), scope=scope)
         return self._result
 
     def check_health(self) -> None:
@@ -400,7 +400,7 @@ def _isolated_runner(config: pytest.Config, runner: Any, device: str) -> Any:
     except ValueError as exc:
         raise pytest.UsageError(f"--fp4-python: {exc}") from None
     init = {"device": device, "plugins": list(opt("fp4_plugin")), "timing": asdict(runner.timing),
-            "cold_l2": runner.cold_l2, "seed": runner.seed}
+            "cold_l2": runner.cold_l2, "seed": runner.seed, "min_copies": runner.min_copies}
     timeout = opt("fp4_case_timeout")
     if not timeout > 0:
         raise pytest.UsageError(f"--fp4-case-timeout must be > 0 seconds, got {timeout}")

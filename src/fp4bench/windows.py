@@ -3,13 +3,20 @@
 A window is one measurement of a case in fresh device memory: the runner releases every cached
 operand set, reference and prepared layout first (``CaseRunner.release``), so the window's
 operands are made again from the seed (the same bytes) into new allocations, with their own
-graph capture and cold-L2 copies. A memory-bound kernel's time depends on where its buffers
-landed (an H200 grouped bf16 row moved by +-4-6 % between allocations of one process and 0.2 %
-within one: docs/results-h200.md, run 19), so a window that reused the previous window's buffers
-would measure the same placement twice. Samples inside one window share
-its allocation, capture and power state, so they say how well that window's median is known and
-nothing about the next window; the gate (``gate.rule``) treats each window median as one
-replicate.
+graph capture and rotating copies (``CaseRunner._rotating_calls``: none is kept from an earlier
+window).
+
+What a window samples: a memory-bound kernel's time depends on where its buffers landed in
+device memory, and operands released and made again in one process land on nearly the same
+placement every time (docs/results-h200.md, run 23: a grouped bf16 b1 row 98.5 µs +-0.6 % over
+8 such re-makes, where copies made beside live ones landed 18 % apart). So the placement a
+window draws is not independent of the previous window's; what makes a window's time a mean
+over placements is its own ``--fp4-min-copies`` (default 4) rotating copies, each cloned while
+the others are alive, at another place (measure.copies: the spread between placement sets fell
+to 0.04-0.42 % on the grouped bf16 b1 rows, run 24). A window then samples the clock, power and
+capture state of its minute and a placement set whose residue is that small. Samples inside one
+window share all of it, so they say how well that window's median is known and nothing about
+the next window; the gate (``gate.rule``) treats each window median as one replicate.
 
 Two ways a run takes more than one window of a case:
 

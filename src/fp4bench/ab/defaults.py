@@ -14,9 +14,14 @@ class AbDefaults:
     round_samples: int = 10  # replays per process and round
     max_rounds: int = 16  # rounds an undecided benchmark may grow to
     #: process pairs an undecided benchmark may add, one at a time, when its processes disagree
-    #: more than their rounds scatter: up to 6 processes a side, what the simulation test
+    #: more than their rounds scatter: up to 7 processes a side, what the simulation test
     #: (tests/test_rule_simulation.py) needs for a +3 % change to FAIL in >= 95 % of benchmarks
-    extra_pairs: int = 3
+    #: once each process also carries its placement offset (6 a side: 93.8 %, 7: 97.3 %)
+    extra_pairs: int = 4
+    #: "process": one placement set per process and benchmark (every capture already averages
+    #: ``min_copies`` placements, measure.copies); "round": every round after a process's first
+    #: in fresh device memory, at ~0.3-0.7 s a round and process
+    placement: str = "process"
     time_budget_s: float = 600.0  # the whole run
     benchmark_budget_s: float = 30.0  # added measurement per benchmark
     timeout_s: float = 900.0  # one request before it is a hang

@@ -337,6 +337,9 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
             # the processes of each turn when the slots took turns (device memory), else None
             "turns": [list(t) for t in p.turns] or None if p else None,
             "memory_bytes": p.memory if p else None, "resident_capacity": p.capacity if p else None,
+            # rotating operand copies (placements) of each side's captures (measure.copies)
+            "a_copies": p.a.extra_info.get("rotating_copies") if p else None,
+            "b_copies": p.b.extra_info.get("rotating_copies") if p else None,
             "between_var": e.between_var if e else None, "within_var_of_mean": e.within_var_of_mean if e else None,
             "a_median_s": v.base_median, "b_median_s": v.new_median, "n_a": v.n_base, "n_b": v.n_new,
             "reason": v.reason, "round_order": [list(o) for o in p.order] if p else None,

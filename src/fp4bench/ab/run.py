@@ -36,6 +36,7 @@ from fp4bench.ab.defaults import DEFAULTS
 from fp4bench.ab.estimate import MIN_REPLICATES, AbEstimate, ab_estimate, ab_estimate_paired
 from fp4bench.ab.schedule import SIDES, alloc_order, resident_capacity, round_order, start_order, turns
 from fp4bench.gate.rule import Decision, RuleSettings
+from fp4bench.measure.copies import MIN_COPIES
 from fp4bench.sweep import SweepOptions
 from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
@@ -67,10 +68,11 @@ class AbConfig:
     #: at most this many processes hold one benchmark at once (None: as many as the GPU's
     #: free memory allows, read from the first process's capture)
     max_resident: int | None = None
-    #: "round": every round after a process's first times the case in fresh device memory
-    #: (``worker.child.Child.time``, ``place``), so a process averages over placements;
-    #: "process": one placement per process and benchmark
-    placement: str = "round"
+    #: "process": one placement set per process and benchmark: its capture rotates over
+    #: ``min_copies`` or more operand copies, each its own allocation, so every round already
+    #: averages that many placements; "round": every round after a process's first times the
+    #: case in fresh device memory as well (``worker.child.Child.time``, ``place``)
+    placement: str = DEFAULTS.placement
     #: seconds for the whole run: rounds and processes are added only while the run's elapsed
     #: time plus the base cost of the benchmarks still to come stays within it
     time_budget_s: float = DEFAULTS.time_budget_s
@@ -81,6 +83,9 @@ class AbConfig:
     plugins: tuple[str, ...] = ()
     cold_l2: bool = True
     seed: int = 0
+    #: rotating operand copies every capture has at least (``measure.copies``): the same on both
+    #: sides, from the GPU's L2 and total memory and the operand bytes
+    min_copies: int = MIN_COPIES
     #: "span": a sample is the CUDA-graph replay's event span per call (what a graph-serving
     #: engine pays, launch gaps included), the kernel names come from the profiled capture step;
     #: "cupti": every round is profiled and a sample is kernel busy time, as in the pytest run.
@@ -207,7 +212,7 @@ def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
     from fp4bench.measure.timing import TimingConfig
 
     return {"device": cfg.device, "plugins": list(cfg.plugins) + list(side.plugins),
-            "timing": asdict(TimingConfig()), "cold_l2": cfg.cold_l2, "seed": cfg.seed}
+            "timing": asdict(TimingConfig()), "cold_l2": cfg.cold_l2, "seed": cfg.seed, "min_copies": cfg.min_copies}
 
 
 #: device memory a process may keep after a release (its CUDA context, cuBLAS workspaces, the
@@ -643,7 +648,8 @@ class AbRunner:
         part.samples += t["samples_s"]
         if cupti and "kernels" in (t.get("extra") or {}):  # CUPTI names of the timed kernels
             side.extra_info["kernels"] = t["extra"]["kernels"]
-        side.extra_info.update(timer=t["method"], calls_per_sample=t["calls_per_sample"])
+        side.extra_info.update(timer=t["method"], calls_per_sample=t["calls_per_sample"],
+                               rotating_copies=t.get("rotating_copies"))
         if reply.get("telemetry"):
             side.telemetry.append({"process": pid, "round": r, **reply["telemetry"]})
 

@@ -72,6 +72,8 @@ GATE_KEYS = ("backend", "problem", "tactic", "explicit_tactic", "tactic_config",
 #: and the power and clock it ran at
 REPORT_KEYS = ("kind", "model", "role", "batch", "m", "num_tokens", "act_format", "weight_format", "flops",
                "bytes", "rel_ci95", "power_w", "power_max_w", "sm_clock_min_mhz", "sm_clock_max_mhz")
+#: ``extra_info`` keys that say how a case was timed: the placements it averaged (its rotating copies)
+MEASURE_KEYS = ("rotating_copies",)
 
 _RESAVE = "re-save with --benchmark-json (raw samples are required for the statistical gate)"
 
@@ -425,8 +427,13 @@ def _record(fullname: str, name: str, data: list, extra: Any, source: str, windo
 # --- compatibility ----------------------------------------------------------------------------
 
 #: ``sweep`` keys that say how the time was taken. Runs that differ in one measured different
-#: things (a hot-L2 time is not a slower or faster cold-L2 time), so they are never compared.
-MEASUREMENT_KEYS = ("l2", "timer")
+#: things (a hot-L2 time is not a slower or faster cold-L2 time; a case averaged over 4
+#: placements is not one placement), so they are never compared. ``case.measurement_of``
+#: writes them.
+MEASUREMENT_KEYS = ("l2", "timer", "min_copies", "copy_memory")
+#: the note for a cold-L2 baseline recorded before ``min_copies`` was: its cases of a footprint
+#: of 3 L2s or more were timed on one copy, one placement each
+ONE_PLACEMENT = "baseline recorded with one placement per large case: re-record for full sensitivity"
 #: ``sweep`` key naming the test-only backends a run measured (``{name: description}``): faults
 #: or slowdown wrappers from ``fp4bench.testing``. Such a run tests the gate; it is never a baseline.
 TEST_ONLY = "test_only"
@@ -459,6 +466,16 @@ def check_same_measurement(base_sweep: dict[str, Any], cur_sweep: dict[str, Any]
                                        f"{key}={new!r}; times taken differently are not comparable "
                                        f"(re-run with the baseline's setting, or make a new baseline)")
 
+
+
+def measurement_notes(base_sweep: dict[str, Any], cur_sweep: dict[str, Any]) -> list[str]:
+    """What makes a comparable baseline less sensitive in how it was timed (one line each): a
+    cold-L2 baseline without ``min_copies`` timed its large cases on one placement while this run
+    averages several, so its windows carry a placement offset more windows do not remove."""
+    old_cold = base_sweep.get("l2", "cold") == "cold"
+    if old_cold and "min_copies" not in base_sweep and int(cur_sweep.get("min_copies", 1)) > 1:
+        return [ONE_PLACEMENT]
+    return []
 
 
 def check_compatible(baseline_fp: Fingerprint, current_fp: Fingerprint) -> list[tuple[str, Any, Any]]:
@@ -517,7 +534,7 @@ def slim_text(baseline: Baseline) -> str:
 def slim_record(rec: BenchmarkRecord) -> dict[str, Any]:
     """One benchmark as the slim format keeps it: raw samples (``samples`` for one window, else
     ``windows``: a list of sample lists) and the gate's and report's keys."""
-    keep = set(GATE_KEYS) | set(REPORT_KEYS)
+    keep = set(GATE_KEYS) | set(REPORT_KEYS) | set(MEASURE_KEYS)
     extra = {k: v for k, v in rec.extra_info.items() if k in keep}
     if len(rec.windows) == 1:
         return {"extra_info": extra, "samples": list(rec.samples)}

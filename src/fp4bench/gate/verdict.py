@@ -49,7 +49,7 @@ import numpy as np
 from fp4bench.env import Fingerprint
 from fp4bench.gate import rule
 from fp4bench.gate.baseline import (Baseline, BenchmarkRecord, check_compatible, check_same_measurement,
-                                    check_samples, is_ok)
+                                    check_samples, is_ok, measurement_notes)
 from fp4bench.gate.coverage import (EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, Coverage, Scope, account, group_of,
                                     narrow)
 from fp4bench.deprecated import warn_once
@@ -583,7 +583,8 @@ def compare(
     not expected, those it never reached are not judged; both are counted in ``coverage``.
 
     Raises ``IncompatibleBaseline`` when ``current_fingerprint`` is a different GPU model, or
-    ``current_sweep`` was timed another way (L2 mode, timer) than the baseline.
+    ``current_sweep`` was timed another way (L2 mode, timer, copy rule) than the baseline; a
+    baseline timed on one placement per large case is judged, with a note (``measurement_notes``).
     """
     changes: list[tuple[str, Any, Any]] = []
     if current_sweep is not None:
@@ -628,7 +629,7 @@ def compare(
     coverage = account(expected, set(current), decided, unreached, not_selected,
                        [n for n in scope.skipped_now if n not in full.benchmarks], policy.allow_missing,
                        {n: group_of(r.extra_info) for n, r in full.benchmarks.items()})
-    notes = []
+    notes = measurement_notes(full.sweep, dict(current_sweep)) if current_sweep is not None else []
     if baseline.min_windows == 1:
         notes.append("baseline has 1 window: less sensitive, re-record it (--fp4-save-baseline takes "
                      "--fp4-windows 3 independent windows)")

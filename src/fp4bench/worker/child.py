@@ -26,6 +26,7 @@ class Child:
         from fp4bench.case import CaseRunner
         from fp4bench.env import collect_fingerprint
         from fp4bench.measure import peaks
+        from fp4bench.measure.copies import MIN_COPIES
         from fp4bench.measure.timing import TimingConfig
 
         for mod in init.get("plugins", []):
@@ -37,7 +38,8 @@ class Child:
         timing = TimingConfig(**init.get("timing", {}))
         gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
         self.runner = CaseRunner(self.device, timing, cold_l2=init.get("cold_l2", True),
-                                 seed=init.get("seed", 0), peaks=gpu_peaks)
+                                 seed=init.get("seed", 0), min_copies=init.get("min_copies", MIN_COPIES),
+                                 peaks=gpu_peaks)
         self._calls: dict[str, tuple[Any, list, Any]] = {}  # case key -> (backend, timed callables, capture)
         # NVML around each timing round (``fp4bench ab``): on a GPU only (a CPU run has no GPU
         # clocks to report); ``nvml`` injects a pynvml-like object (tests)
@@ -101,12 +103,13 @@ class Child:
         ``kernel_time`` (default: the worker's timing config) picks CUPTI busy time or the event
         span of each replay. ``memory``: also report this process's device-memory peak since its
         last ``check`` and the GPU's free memory after the capture (``device_memory``).
-        ``place``: before this round, move the case to fresh device memory: the capture and every
-        cached operand set are released to the driver, the operands are made again from the seed
-        (the same bytes) and captured again with the calls per sample of the first capture. A
-        memory-bound kernel's time depends on where its buffers landed (an H200 grouped bf16 row:
-        +-4-6 % between allocations of one process, 0.2 % within one), so a round per placement
-        makes a process's mean average over placements instead of freezing one."""
+        ``place`` (``fp4bench ab --placement round``): before this round, move the case to fresh
+        device memory: the capture and every cached operand set are released to the driver, the
+        operands are made again from the seed (the same bytes), with new rotating copies, and
+        captured again with the calls per sample of the first capture. Every capture already
+        rotates over ``min_copies`` or more copies, each its own allocation, so one capture
+        averages that many placements (measure.copies); ``place`` adds the placements of later
+        rounds, at the cost of one re-preparation a round."""
         from fp4bench.measure.timing import prime_gpu, time_cpu, time_gpu
 
         key = json.dumps(req["case"], sort_keys=True)

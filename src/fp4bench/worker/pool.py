@@ -228,8 +228,11 @@ class IsolatedRunner:
         from fp4bench.case import measurement_of
 
         init = self.worker.spec.init
+        from fp4bench.measure.copies import MIN_COPIES
+
         return measurement_of(str(init.get("device", "cpu")).split(":")[0], bool(init.get("cold_l2", True)),
-                              str((init.get("timing") or {}).get("mode", "graph")))
+                              str((init.get("timing") or {}).get("mode", "graph")),
+                              int(init.get("min_copies", MIN_COPIES)))
 
     def run(self, backend, problem, tactic, *, measure: bool = True):
         from fp4bench.case import FAILED, CaseResult
