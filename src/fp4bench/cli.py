@@ -1,4 +1,4 @@
-"""``fp4bench`` command line: ``env``, ``compare``, ``power``, ``fidelity``, ``baseline approve``, ``workload``.
+"""``fp4bench`` command line: ``env``, ``compare``, ``power``, ``fidelity``, ``baseline approve``, ``workload``, ...
 
 A thin layer: each subcommand calls the plain objects the pytest plugin uses too.
 """
@@ -18,7 +18,8 @@ commands:
   fidelity [--ms 1,64,1024]    GPU: timer's graph kernel time vs eager kernel time, same window
   baseline approve FILE        make a candidate run the approved baseline of its GPU model (slim format)
   baseline migrate FILE        rewrite a baseline file in the slim format
-  ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]   interleaved A/B of two stacks on this GPU
+  ab --a PY_OR_VENV --b PY_OR_VENV [--gpus all] [sweep options]   interleaved A/B of two stacks on this GPU
+                               (--gpus: the benchmarks spread over several GPUs, A and B of each on one)
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
   shapes [--model M] [--batch B] [--gpu NAME]      per-role M, N, K, tokens/expert, FLOP/byte, ridge point
   report RESULTS... --out DIR [--baseline BASE]   markdown + PNG plots of saved runs

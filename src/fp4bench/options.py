@@ -252,6 +252,14 @@ COMPARE = (
 
 BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
 
+#: the GPUs of the host a command spreads over (``fp4bench.gpus.select``): the syntax, then each
+#: command's option with its own default
+GPUS_SYNTAX = ("all, or comma-separated GPU indices (positions among the visible GPUs, as CUDA numbers them) "
+               "or GPU UUIDs (a unique prefix is enough)")
+AB_GPUS = Option("gpus", f"GPUs to spread the benchmarks over: {GPUS_SYNTAX}; each benchmark runs on one of "
+                 "them, its A and B workers pinned to that GPU by UUID (default: one GPU, the one --device "
+                 "names, as without this option)")
+
 #: the deployed stack of a runner (``fp4bench stack``): the venv it serves with and the file that pins it
 STACK = (
     Option("python", "the venv (directory) or interpreter whose packages are frozen or checked "
