@@ -20,6 +20,8 @@ commands:
   baseline migrate FILE        rewrite a baseline file in the slim format
   ab --a PY_OR_VENV --b PY_OR_VENV [--gpus all] [sweep options]   interleaved A/B of two stacks on this GPU
                                (--gpus: the benchmarks spread over several GPUs, A and B of each on one)
+  units [--gpus all] [sweep options]   unit health: every GPU against its siblings, with its power limit,
+                               clocks, temperature and throttling (exit 1: a unit flagged; 3: one GPU)
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
   shapes [--model M] [--batch B] [--gpu NAME]      per-role M, N, K, tokens/expert, FLOP/byte, ridge point
   report RESULTS... --out DIR [--baseline BASE]   markdown + PNG plots of saved runs
@@ -141,7 +143,7 @@ def _workload(argv: Sequence[str]) -> int:
 _MORE = {"shapes": ("fp4bench.cli_shapes", "shapes_main"), "report": ("fp4bench.cli_report", "report_main"),
          "prepare": ("fp4bench.cli_prepare", "prepare_main"), "ab": ("fp4bench.cli_ab", "ab_main"),
          "power": ("fp4bench.cli_power", "power_main"), "fidelity": ("fp4bench.cli_fidelity", "fidelity_main"),
-         "stack": ("fp4bench.cli_stack", "stack_main")}
+         "stack": ("fp4bench.cli_stack", "stack_main"), "units": ("fp4bench.cli_units", "units_main")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
