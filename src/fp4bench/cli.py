@@ -104,6 +104,10 @@ def _baseline(argv: Sequence[str]) -> int:
           + ("the file it replaced is in git's history)" if res.replaced else "the first approved baseline of this GPU)"))
     if res.unit is not None:
         print(f"this unit's own baseline: {res.unit} (preferred by runs on that GPU)")
+    elif res.units:
+        print(f"each unit's own baseline ({len(res.units)} GPUs measured this run; each file holds the "
+              "benchmarks that GPU measured):")
+        print("\n".join(f"  {path} ({n} benchmarks)" for path, n in res.units))
     if res.dropped:
         print(f"no longer gated ({len(res.dropped)} benchmarks of the previous baseline):")
         print("\n".join(f"  {n}" for n in res.dropped))
