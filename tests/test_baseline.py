@@ -315,7 +315,9 @@ def test_a_partial_unit_file_does_not_shadow_the_model_baseline(tmp_path):
 
     root = tmp_path / "baselines"
     res = approve(_two_unit_candidate(tmp_path), root)
-    assert select_baseline(root, replace(H200, gpu_uuid="GPU-bbbb2222-0000")) == res.approved
+    for uuid in ("GPU-aaaa1111-0000", "GPU-bbbb2222-0000"):  # each unit file holds part of the benchmarks
+        assert (root / "nvidia-h200" / "units" / f"{uuid}.json").is_file()
+        assert select_baseline(root, replace(H200, gpu_uuid=uuid)) == res.approved
     # a one-GPU approval on that unit (every benchmark) is its own baseline again
     full = write_baseline(bench_json(entries(), fingerprint=replace(H200, gpu_uuid="GPU-bbbb2222-0000")),
                           tmp_path / "one.json")
