@@ -120,7 +120,7 @@ def test_wrong_output_on_one_unit_fails_it_and_a_lost_unit_is_not_judged():
     run = _run({"b0": {"GPU-a": _part(0, 1), "GPU-b": lost, "GPU-c": _part(0, 2)}})
     result = judge(run)
     (v,) = [v for v in result.verdicts if v.uuid == "GPU-b"]
-    assert not v.judged and "2 lost to a worker that died" in v.reason
+    assert not v.judged and v.reason == "not judged: 1 windows; 2 lost to a worker that died"
     assert outcome(run, result)[0] == EXIT_INCOMPLETE  # never a pass
     everywhere = UnitPart("failed", reason="out of memory")
     run = _run({"b0": {"GPU-a": everywhere, "GPU-b": everywhere}})
@@ -173,6 +173,17 @@ def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, 
     assert "GPU 1 ran TEST-ONLY backends: ab-spin" in text
     assert "1 unit flagged: GPU 1 (GPU-fake-1) (exit 1)" in text
     assert "telemetry: none (NVML is read during GPU windows only" in text
+
+
+def test_a_gpu_whose_worker_cannot_start_leaves_the_check_incomplete(host, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_DEAD_GPU", "GPU-fake-1")
+    out = host / "units.json"
+    assert units_main(_cli("--windows", "2", "--max-windows", "2", "--json", str(out))) == EXIT_INCOMPLETE
+    text = " ".join(capsys.readouterr().out.split())
+    units = {u["uuid"]: u for u in json.loads(out.read_text())["units"]}
+    assert units["GPU-fake-1"]["state"] == "incomplete: its worker could not start (CRASH above)"
+    assert "GPU-fake-1 is gone" in units["GPU-fake-1"]["crashes"][0]
+    assert "CRASH on GPU 1 (GPU-fake-1): start:" in text and "→ incomplete (exit 3)" in text
 
 
 def test_equal_units_pass(host, capsys):

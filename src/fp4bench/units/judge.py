@@ -85,9 +85,11 @@ def judge_benchmark(bench: UnitBench, settings: rule.RuleSettings) -> list[UnitV
                 v.kind, v.reason = FAILED_EVERYWHERE, f"not judged: {part.reason.splitlines()[0][:200] if part.reason else 'failed'}"
         elif part.status in ("skipped", "unsupported"):
             v.kind, v.reason = TOO_FEW, f"not judged: {part.status} on this unit only ({part.reason[:200]})"
+        elif part.status == "lost":
+            v.kind, v.reason = TOO_FEW, f"not judged: {len(part.windows)} windows; {part.reason[:200]}"
         elif uuid not in measured:
             lost = f"; {part.lost_windows} lost to a worker that died" if part.lost_windows else ""
-            v.kind, v.reason = TOO_FEW, f"not judged: {len(part.windows)} windows{lost} ({part.reason or 'worker lost'})"
+            v.kind, v.reason = TOO_FEW, f"not judged: {len(part.windows)} windows{lost}"
         elif not siblings:
             v.kind, v.reason = NO_SIBLING, "not judged: no other unit measured it"
         else:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -146,6 +147,7 @@ class UnitRunner:
                                        label=f"GPU {g.index} worker") for g in gpus}
         self._pool = ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="fp4bench-unit")
         self._t0 = time.monotonic()
+        self._stopping = threading.Event()  # set on Ctrl-C: no request is sent, no worker restarted
 
     # -- workers ---------------------------------------------------------------------------
     def _start(self, unit: Unit) -> None:
@@ -154,7 +156,7 @@ class UnitRunner:
             ready = w.start()
         except (WorkerLost, OSError) as exc:
             unit.crashes.append(f"start: {exc}")
-            unit.dead = f"its worker could not start: {exc}"
+            unit.dead = "its worker could not start (CRASH above)"
             self.progress(f"[GPU {unit.gpu.index}] could not start: {exc}")
             return
         self._ready(unit, ready)
@@ -172,6 +174,8 @@ class UnitRunner:
         """One request; a dead worker is replaced by the next request (``Worker.request``) until the
         unit has used ``MAX_STARTS`` starts. ``WorkerLost`` to the caller."""
         w = self.workers[unit.gpu.uuid]
+        if self._stopping.is_set():
+            raise WorkerLost("the check was interrupted")
         if unit.dead:
             raise WorkerLost(unit.dead)
         if w.proc is None:
@@ -186,6 +190,8 @@ class UnitRunner:
         return w.request(msg, what)
 
     def close(self, kill: bool = False) -> None:
+        if kill:
+            self._stopping.set()
         for w in self.workers.values():
             w.kill() if kill else w.close()
         self._pool.shutdown(wait=False)
@@ -277,6 +283,6 @@ class UnitRunner:
                 unit.crashes.append(f"{bench.name}: {exc}")
                 self.progress(f"{where} LOST during {bench.name}: {exc}")
             if unit.dead and len(part.windows) < MIN_WINDOWS:
-                part.status, part.reason = "lost", f"{unit.dead} ({exc})"
+                part.status, part.reason = "lost", unit.dead
             elif part.status == "pending":
                 part.status, part.reason = "lost", str(exc)
