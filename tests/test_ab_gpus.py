@@ -70,14 +70,17 @@ def test_one_gpu_slowed_fails_only_its_benchmarks_with_every_worker_pinned(host,
         assert len({n.split("-t0-")[-1].split("-t1-")[-1] for n in names}) == 1  # one problem each
     assert {g["uuid"]: sorted(g["benchmarks"]) for g in js["gpus"]} == by_gpu
     assert {r["status"] for n, r in rows.items() if r["gpu_uuid"] == "GPU-fake-1"} == {"FAIL"}
-    assert {r["status"] for n, r in rows.items() if r["gpu_uuid"] == "GPU-fake-0"} == {"PASS"}
+    # GPU 0 ran A/A: judged and not failed (on a loaded 2-core machine the rule may stay AMBIGUOUS)
+    assert {r["status"] for n, r in rows.items() if r["gpu_uuid"] == "GPU-fake-0"} <= {"PASS", "AMBIGUOUS"}
+    assert all(r["kind"] == "timing" for r in rows.values())
     assert js["exit_code"] == 1 and js["counts"]["FAIL"] == 2
     assert [(g["index"], g["uuid"], g["measured"], g["error"]) for g in js["gpus"]] == [
         (0, "GPU-fake-0", 2, None), (1, "GPU-fake-1", 2, None)]
     assert all(g["telemetry"] == {"A": None, "B": None} for g in js["gpus"])  # CPU: none, per GPU too
     flat = " ".join(text.split())
     assert "GPU 0 GPU-fake-0: 2 benchmarks, wall" in flat and "GPU 1 GPU-fake-1: 2 benchmarks, wall" in flat
-    assert "summary: 2 PASS, 2 FAIL → regression (exit 1)" in text or "summary: 2 FAIL, 2 PASS" in text
+    summary = text.split("summary: ")[-1].splitlines()[0]
+    assert "2 FAIL" in summary and summary.endswith("→ regression (exit 1)")
 
 
 def test_the_partition_is_by_family_longest_first_and_the_same_every_time():
@@ -119,7 +122,8 @@ def test_a_gpu_whose_workers_cannot_start_leaves_its_share_unjudged(host, capsys
     lost = [r for r in js["benchmarks"] if r["kind"] == "GPU run crashed"]
     assert sorted(r["name"] for r in lost) == sorted(g1["benchmarks"]) and len(lost) == 2
     assert all(r["gpu_uuid"] == "GPU-fake-1" and r["status"] == "AMBIGUOUS" for r in lost)
-    assert {r["status"] for r in js["benchmarks"] if r["gpu_uuid"] == "GPU-fake-0"} == {"PASS"}
+    assert {(r["kind"], r["status"] != "FAIL") for r in js["benchmarks"] if r["gpu_uuid"] == "GPU-fake-0"} == {
+        ("timing", True)}  # judged (PASS, or AMBIGUOUS on a loaded machine)
     flat = " ".join(text.split())
     assert "GPU 1 GPU-fake-1: 2 benchmarks, RUN CRASHED after 0 (RuntimeError: side" in flat
     assert "not judged: GPU 1 (GPU-fake-1) run crashed before it" in flat
@@ -144,9 +148,10 @@ def test_a_gpu_run_that_raises_midway_keeps_what_it_finished(host, capsys, monke
     assert g1["measured"] == 1 and g1["error"] == "RuntimeError: simulated controller fault"
     rows = {r["name"]: r for r in js["benchmarks"]}
     first, second = g1["benchmarks"]
-    assert rows[first]["status"] == "PASS" and rows[first]["gpu_uuid"] == "GPU-fake-1"
+    assert rows[first]["kind"] == "timing" and rows[first]["status"] != "FAIL"  # judged
+    assert rows[first]["gpu_uuid"] == "GPU-fake-1"
     assert rows[second]["kind"] == "GPU run crashed"
-    assert sum(r["status"] == "PASS" for r in rows.values()) == 3
+    assert sum(r["kind"] == "timing" for r in rows.values()) == 3
     assert "RUN CRASHED after 1 (RuntimeError: simulated controller fault)" in " ".join(capsys.readouterr().out.split())
 
 
