@@ -254,3 +254,80 @@ def test_a_uuid_that_is_not_one_is_never_a_file_name(tmp_path):
 
     with pytest.raises(BaselineError, match="GPU UUID"):
         unit_path(tmp_path, "nvidia-h200", "../../etc/passwd")
+
+
+def _two_unit_candidate(tmp_path, name="c.json", per_unit=None):
+    """A candidate of a run spread over two GPUs: each benchmark records the UUID that measured it."""
+    from dataclasses import replace
+
+    per_unit = per_unit or {"GPU-aaaa1111-0000": [0, 1], "GPU-bbbb2222-0000": [2]}
+    benches = [bench_entry(f"bench/test_fp4.py::test_gemm[m{i}]", samples(RNG, 20e-6, 0.01, 8),
+                           {"kernels": ["k"], "gpu_uuid": uuid})
+               for uuid, idx in per_unit.items() for i in idx]
+    fp = replace(H200, gpu_uuid="GPU-aaaa1111-0000")  # the run's own fingerprint names its first GPU
+    return write_baseline(bench_json(benches, fingerprint=fp), tmp_path / name)
+
+
+def test_approving_a_two_unit_candidate_writes_each_unit_its_own_benchmarks(tmp_path, capsys):
+    from fp4bench.cli import main
+    from fp4bench.gate.store import unit_path
+
+    root = tmp_path / "baselines"
+    cand = _two_unit_candidate(tmp_path)
+    assert main(["baseline", "approve", str(cand), "--baselines", str(root)]) == 0
+    out = capsys.readouterr().out
+    a, b = (unit_path(root, "nvidia-h200", u) for u in ("GPU-aaaa1111-0000", "GPU-bbbb2222-0000"))
+    assert f"  {a} (2 benchmarks)" in out and f"  {b} (1 benchmarks)" in out
+    ua, ub, model = load_baseline(a), load_baseline(b), load_baseline(root / "nvidia-h200" / "approved.json")
+    assert sorted(ua.benchmarks) == ["bench/test_fp4.py::test_gemm[m0]", "bench/test_fp4.py::test_gemm[m1]"]
+    assert sorted(ub.benchmarks) == ["bench/test_fp4.py::test_gemm[m2]"]
+    assert (ua.fingerprint.gpu_uuid, ub.fingerprint.gpu_uuid) == ("GPU-aaaa1111-0000", "GPU-bbbb2222-0000")
+    assert len(model.benchmarks) == 3  # the model-level file: every benchmark, each with its unit
+    assert model.benchmarks["bench/test_fp4.py::test_gemm[m2]"].extra_info["gpu_uuid"] == "GPU-bbbb2222-0000"
+    assert ub.benchmarks["bench/test_fp4.py::test_gemm[m2]"].samples == model.benchmarks[
+        "bench/test_fp4.py::test_gemm[m2]"].samples
+
+
+def test_a_unit_file_is_replaced_never_merged_and_other_units_are_left_alone(tmp_path):
+    from dataclasses import replace
+
+    from fp4bench.gate.store import unit_path
+
+    root = tmp_path / "baselines"
+    approve(_two_unit_candidate(tmp_path, "c1.json"), root)
+    third = unit_path(root, "nvidia-h200", "GPU-cccc3333-0000")
+    approve(write_baseline(bench_json(entries(), fingerprint=replace(H200, gpu_uuid="GPU-cccc3333-0000")),
+                           tmp_path / "c0.json"), root)
+    before = third.read_text()
+    # the next multi-GPU run put m1 on the second unit: the first unit's file loses it
+    res = approve(_two_unit_candidate(tmp_path, "c2.json", {"GPU-aaaa1111-0000": [0],
+                                                           "GPU-bbbb2222-0000": [1, 2]}), root)
+    a, b = (unit_path(root, "nvidia-h200", u) for u in ("GPU-aaaa1111-0000", "GPU-bbbb2222-0000"))
+    assert [(p, n) for p, n in res.units] == [(a, 1), (b, 2)] and res.unit is None
+    assert sorted(load_baseline(a).benchmarks) == ["bench/test_fp4.py::test_gemm[m0]"]
+    assert third.read_text() == before
+
+
+def test_a_partial_unit_file_does_not_shadow_the_model_baseline(tmp_path):
+    """A unit file of one GPU's share gates only that share: a run on that GPU takes the model-level
+    file, which holds every benchmark, instead of leaving the rest ungated."""
+    from dataclasses import replace
+
+    root = tmp_path / "baselines"
+    res = approve(_two_unit_candidate(tmp_path), root)
+    for uuid in ("GPU-aaaa1111-0000", "GPU-bbbb2222-0000"):  # each unit file holds part of the benchmarks
+        assert (root / "nvidia-h200" / "units" / f"{uuid}.json").is_file()
+        assert select_baseline(root, replace(H200, gpu_uuid=uuid)) == res.approved
+    # a one-GPU approval on that unit (every benchmark) is its own baseline again
+    full = write_baseline(bench_json(entries(), fingerprint=replace(H200, gpu_uuid="GPU-bbbb2222-0000")),
+                          tmp_path / "one.json")
+    res = approve(full, root)
+    assert select_baseline(root, replace(H200, gpu_uuid="GPU-bbbb2222-0000")) == res.unit
+
+
+def test_a_benchmark_uuid_that_is_not_one_writes_nothing(tmp_path):
+    root = tmp_path / "baselines"
+    cand = _two_unit_candidate(tmp_path, per_unit={"GPU-aaaa1111-0000": [0], "../evil": [1]})
+    with pytest.raises(BaselineError, match="GPU UUID '../evil'"):
+        approve(cand, root)
+    assert not (root / "nvidia-h200" / "approved.json").exists()

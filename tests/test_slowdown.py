@@ -51,6 +51,21 @@ def test_plugin_replaces_the_named_backend_under_its_name(monkeypatch):
     assert again.inner is plain and again.fraction == 0.5
 
 
+def test_slowdown_gpus_wraps_only_in_a_process_pinned_to_a_named_gpu(monkeypatch):
+    plain = registry.get_backend("torch-bf16")
+    monkeypatch.setenv(ENV, "torch-bf16=0.25")
+    monkeypatch.setenv(slowdown.GPUS_ENV, "GPU-bb22,GPU-cc33")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa11")  # another unit: plain backends
+    registry.load_plugin("fp4bench.testing.slowdown")
+    assert registry.get_backend("torch-bf16") is plain and registry.test_only() == {}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cc33")  # the chosen unit: slowed
+    registry.load_plugin("fp4bench.testing.slowdown")
+    assert isinstance(registry.get_backend("torch-bf16"), Slowed)
+    monkeypatch.setenv(slowdown.GPUS_ENV, "cc33")
+    with pytest.raises(ValueError, match="expected comma-separated GPU UUIDs"):
+        registry.load_plugin("fp4bench.testing.slowdown")
+
+
 def test_unknown_backend_is_named(monkeypatch):
     monkeypatch.setenv(ENV, "no-such-backend=0.05")
     with pytest.raises(ValueError, match="unknown backend 'no-such-backend'"):

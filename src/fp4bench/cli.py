@@ -1,4 +1,4 @@
-"""``fp4bench`` command line: ``env``, ``compare``, ``power``, ``fidelity``, ``baseline approve``, ``workload``.
+"""``fp4bench`` command line: ``env``, ``compare``, ``power``, ``fidelity``, ``baseline approve``, ``workload``, ...
 
 A thin layer: each subcommand calls the plain objects the pytest plugin uses too.
 """
@@ -18,7 +18,10 @@ commands:
   fidelity [--ms 1,64,1024]    GPU: timer's graph kernel time vs eager kernel time, same window
   baseline approve FILE        make a candidate run the approved baseline of its GPU model (slim format)
   baseline migrate FILE        rewrite a baseline file in the slim format
-  ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]   interleaved A/B of two stacks on this GPU
+  ab --a PY_OR_VENV --b PY_OR_VENV [--gpus all] [sweep options]   interleaved A/B of two stacks on this GPU
+                               (--gpus: the benchmarks spread over several GPUs, A and B of each on one)
+  units [--gpus all] [sweep options]   unit health: every GPU against its siblings, with its power limit,
+                               clocks, temperature and throttling (exit 1: a unit flagged; 3: one GPU)
   workload [--model M] [--batch B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
   shapes [--model M] [--batch B] [--gpu NAME]      per-role M, N, K, tokens/expert, FLOP/byte, ridge point
   report RESULTS... --out DIR [--baseline BASE]   markdown + PNG plots of saved runs
@@ -101,6 +104,10 @@ def _baseline(argv: Sequence[str]) -> int:
           + ("the file it replaced is in git's history)" if res.replaced else "the first approved baseline of this GPU)"))
     if res.unit is not None:
         print(f"this unit's own baseline: {res.unit} (preferred by runs on that GPU)")
+    elif res.units:
+        print(f"each unit's own baseline ({len(res.units)} GPUs measured this run; each file holds the "
+              "benchmarks that GPU measured):")
+        print("\n".join(f"  {path} ({n} benchmarks)" for path, n in res.units))
     if res.dropped:
         print(f"no longer gated ({len(res.dropped)} benchmarks of the previous baseline):")
         print("\n".join(f"  {n}" for n in res.dropped))
@@ -140,7 +147,7 @@ def _workload(argv: Sequence[str]) -> int:
 _MORE = {"shapes": ("fp4bench.cli_shapes", "shapes_main"), "report": ("fp4bench.cli_report", "report_main"),
          "prepare": ("fp4bench.cli_prepare", "prepare_main"), "ab": ("fp4bench.cli_ab", "ab_main"),
          "power": ("fp4bench.cli_power", "power_main"), "fidelity": ("fp4bench.cli_fidelity", "fidelity_main"),
-         "stack": ("fp4bench.cli_stack", "stack_main")}
+         "stack": ("fp4bench.cli_stack", "stack_main"), "units": ("fp4bench.cli_units", "units_main")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,11 @@
 """``fp4bench ab --a PY_OR_VENV --b PY_OR_VENV [sweep options]``: may this stack be upgraded?
 
 Runs the sweep in both environments on this GPU, several worker processes per side with their
-rounds interleaved (``fp4bench.ab``), and judges B against A with the replicate rule. Exit 0 =
-no regression, 1 = regression, 2 = usage error, 3 = incomplete (nothing judged, a benchmark left
-unjudged by a lost worker, an interrupted run).
+rounds interleaved (``fp4bench.ab``), and judges B against A with the replicate rule. With
+``--gpus`` the benchmarks are spread over several GPUs of the host, each benchmark's A and B on
+the same GPU (``ab.multi``), and judged as one run. Exit 0 = no regression, 1 = regression,
+2 = usage error, 3 = incomplete (nothing judged, a benchmark left unjudged by a lost worker or a
+GPU whose run crashed, an interrupted run).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_USAGE, _print_safely
-from fp4bench.options import GATE, SWEEP, add_options, plain, positive_seconds, split_list
+from fp4bench.options import AB_GPUS, GATE, SWEEP, add_options, plain, positive_seconds, split_list
 from fp4bench.outputs import check_outputs, write_atomic
 
 PROG = "fp4bench ab"
@@ -90,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--timer", choices=("span", "cupti"), default="span",
                     help="span: graph-replay event span per call, profiler kept out of the rounds (default); "
                          "cupti: kernel busy time, every round profiled (slower)")
-    add_options(ap.add_argument, (AB_FLOOR, *POLICY_FLAGS))
+    add_options(ap.add_argument, (AB_FLOOR, *POLICY_FLAGS, AB_GPUS))
     ap.add_argument("--json", default=None, help="write the verdicts as JSON here (checked before the run; default: not written)")
     ap.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     return ap
@@ -111,6 +113,33 @@ def check_backends(requested: str | None, plugins: Sequence[str]) -> None:
         except Exception:
             return  # cannot know every name here: the workers' listing decides (``unknown_backends``)
     unknown_backends(split_list(requested, "--backends"), known)
+
+
+#: ``--device`` values a worker pinned to one GPU can take: inside it that GPU is ``cuda:0``
+PINNED_DEVICES = (None, "cpu", "cuda", "cuda:0")
+
+
+def chosen_gpus(args: argparse.Namespace):
+    """The GPUs ``--gpus`` names (None without it); ``ValueError`` for a GPU that is not visible,
+    more GPUs than exist, GPUs of two models, or a ``--device`` / ``CUDA_VISIBLE_DEVICES`` that
+    would move a pinned worker off its GPU."""
+    if args.gpus is None:
+        return None
+    from fp4bench.gpus.devices import GpuListError, visible_gpus
+    from fp4bench.gpus.select import one_model, select_gpus
+
+    try:
+        gpus = select_gpus(args.gpus, visible_gpus())
+    except GpuListError as exc:
+        raise ValueError(f"--gpus: {exc}") from None
+    one_model(gpus)
+    if args.device not in PINNED_DEVICES:
+        raise ValueError(f"--device {args.device} with --gpus: each worker sees only its own GPU, as cuda:0 "
+                         "(leave --device out)")
+    for flag, env in (("--a-env", args.a_env), ("--b-env", args.b_env)):
+        if any(k == "CUDA_VISIBLE_DEVICES" for k, _ in env):
+            raise ValueError(f"{flag} CUDA_VISIBLE_DEVICES with --gpus: --gpus pins each worker to its GPU")
+    return gpus
 
 
 def unknown_backends(names: Sequence[str], known: set[str]) -> None:
@@ -154,12 +183,19 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
                        settings=RuleSettings(floor=floor), timeout_s=args.case_timeout, timer=args.timer,
                        plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed,
                        max_resident=args.max_resident, placement=args.placement, min_copies=args.min_copies)
+        gpus = chosen_gpus(args)
         runner = AbRunner(*sides, cfg)
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        run = runner.run(sweep_for)
+        if gpus is None:
+            run = runner.run(sweep_for)
+        else:
+            from fp4bench.ab.merge import merge
+            from fp4bench.ab.multi import run_on_gpus
+
+            run = merge(run_on_gpus(gpus, *sides, cfg, sweep_for), cfg.settings)
         if args.backends:
             unknown_backends(split_list(args.backends, "--backends"), {n for v in run.known_backends.values() for n in v})
         result = judge(run, policy)

@@ -15,11 +15,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from fp4bench.measure.copies import MAX_COPIES, MEMORY_FRACTION, MIN_COPIES
 from fp4bench.models import MoEModel, get_model, list_models
 
 if TYPE_CHECKING:  # fp4bench.workloads imports torch: not before a command has parsed its arguments
     from fp4bench.workloads import Routing
+
+#: the rotating-copy rule's defaults (``measure.copies``): placements every cold-L2 case averages
+#: at least (``--fp4-min-copies``), most copies a case gets, and the share of the GPU's total
+#: memory all copies of one case may take
+MIN_COPIES = 4
+MAX_COPIES = 16
+MEMORY_FRACTION = 0.40
 
 KINDS = ("dense", "grouped", "moe", "quant")  # quant: opt-in activation-quantizer rows
 
@@ -183,6 +189,27 @@ def copy_count(text: str) -> int:
     return v
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+        return v
+    return parse
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as an argparse type."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``parse_ints`` as an argparse type."""
     try:
@@ -267,6 +294,44 @@ COMPARE = (
 )
 
 BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
+
+#: the GPUs of the host a command spreads over (``fp4bench.gpus.select``): the syntax, then each
+#: command's option with its own default
+GPUS_SYNTAX = ("all, or comma-separated GPU indices (positions among the visible GPUs, as CUDA numbers them) "
+               "or GPU UUIDs (a unique prefix is enough)")
+AB_GPUS = Option("gpus", f"GPUs to spread the benchmarks over: {GPUS_SYNTAX}; each benchmark runs on one of "
+                 "them, its A and B workers pinned to that GPU by UUID (default: one GPU, the one --device "
+                 "names, as without this option)")
+
+#: ``fp4bench units``: what every unit measures (the sweep options with the check's own defaults:
+#: memory-bound and compute-bound rows of the default model) and how
+UNITS_SWEEP = tuple(
+    {"batches": Option("batches", "decode batch sizes (default %(default)s: batch 1 and 64 memory-bound, the dense "
+                                  "rows of 512 compute-bound on an H200)", default="1,64,512"),
+     "kinds": Option("kinds", "problem kinds (default %(default)s)", default="dense,grouped"),
+     "backends": Option("backends", "comma-separated backend names (default %(default)s)",
+                        default="torch-bf16,torch-fp8")}.get(o.name, o) for o in SWEEP)
+UNITS = (
+    Option("gpus", f"GPUs to compare: {GPUS_SYNTAX} (default %(default)s)", default="all"),
+    Option("python", "interpreter or venv whose stack every unit runs (default: the one running fp4bench)"),
+    Option("windows", "independent windows per benchmark and unit, each in fresh device memory with its own "
+           "capture (default %(default)d)", type=at_least(2), default=3),
+    Option("max-windows", "windows a benchmark still undecided for some unit may grow to (default %(default)d)",
+           type=at_least(2), default=6),
+    Option("window-samples", "timed samples per window (default %(default)d)", type=at_least(3), default=10),
+    Option("time-budget", "seconds for the whole check: further windows are taken only within it (default "
+           "%(default)g)", type=positive_seconds, default=600.0),
+    Option("case-timeout", "seconds before a request is a hang (default %(default)g)", type=positive_seconds,
+           default=900.0),
+    Option("floor", "smallest slowdown of a unit against its siblings that must fail, in %% (default %(default)g: "
+           "its guard band, half of it, stays above 4.2 %%, the largest offset of one kernel measured between H200 "
+           "machines)", type=percent, default=10.0),
+    Option("fail-on-ambiguous", "a unit with an AMBIGUOUS benchmark is flagged too", action="store_true"),
+    Option("env", "KEY=VALUE: an environment variable every worker gets (repeatable; default: none)", type=env_pair,
+           action="append", default=[]),
+    Option("json", "write the verdicts as JSON here (checked before the run; default: not written)"),
+    Option("force", "overwrite an existing --json file", action="store_true"),
+)
 
 #: the deployed stack of a runner (``fp4bench stack``): the venv it serves with and the file that pins it
 STACK = (

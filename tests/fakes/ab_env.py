@@ -7,6 +7,9 @@ passes and the matmul's CPU-load-dependent time stays out of the way) and then b
 call time. ``FAKE_VERSION`` is its reported version; ``FAKE_TACTICS`` the labels it lists.
 ``FAKE_DIE_ONCE=PATH``: the first process to make its 40th call creates PATH and aborts (a worker
 that dies partway through its rounds); every later process sees PATH and lives.
+``FAKE_PIN_LOG=PATH``: each worker appends ``<pid> <CUDA_VISIBLE_DEVICES>`` to PATH when it loads
+this module (the environment the process really started with). ``FAKE_DEAD_GPU=UUID``: a worker
+pinned to that GPU fails to load this module (a GPU whose workers cannot start).
 """
 
 import os
@@ -16,6 +19,12 @@ import torch
 
 from fp4bench.backends.base import Availability, Tactic
 from fp4bench.backends.torch_bf16 import TorchBF16
+
+if os.environ.get("FAKE_PIN_LOG"):
+    with open(os.environ["FAKE_PIN_LOG"], "a") as log:
+        log.write(f"{os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES')}\n")
+if os.environ.get("FAKE_DEAD_GPU") and os.environ.get("CUDA_VISIBLE_DEVICES") == os.environ["FAKE_DEAD_GPU"]:
+    raise RuntimeError(f"simulated: GPU {os.environ['FAKE_DEAD_GPU']} is gone")
 
 
 class AbSpin(TorchBF16):

@@ -8,7 +8,9 @@ statistic: lost / new tactics (the availability maps), kernel-set changes from t
 names, INVALID timings (operand bytes that differ, clock anomalies). Named failures are added
 here: a wrong output on B is a FAIL; a benchmark left with fewer than ``MIN_REPLICATES``
 processes per side (a worker died and was not replaced) is not judged, and such a run is
-incomplete (exit 3).
+incomplete (exit 3); so is a benchmark whose GPU's run crashed before measuring it (a run spread
+over several GPUs, ``ab.merge``). Such a run's report and JSON also say, per GPU, which benchmarks
+it measured and its telemetry, and each benchmark's GPU UUID.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import statistics
 from typing import Any
 
 from fp4bench.ab.estimate import MIN_REPLICATES
-from fp4bench.ab.run import AbRun, Paired, SideResult
+from fp4bench.ab.merge import CRASHED
+from fp4bench.ab.run import AbRun, GpuPart, Paired, SideResult
 from fp4bench.env import Fingerprint
 from fp4bench.gate import rule
 from fp4bench.gate.baseline import Baseline, BenchmarkRecord, availability_value
@@ -31,8 +34,9 @@ WRONG_OUTPUT = "wrong output"
 LOST_WORKER = "worker lost"
 FAILED_ON_BOTH = "failed on both"
 TOO_FEW = "too few replicates"
+GPU_CRASHED = "GPU run crashed"
 #: the kinds of a benchmark left unjudged: the run is incomplete (exit 3), never a pass
-NOT_JUDGED = (LOST_WORKER, FAILED_ON_BOTH, TOO_FEW)
+NOT_JUDGED = (LOST_WORKER, FAILED_ON_BOTH, TOO_FEW, GPU_CRASHED)
 #: the kinds whose status comes from the replicate rule
 _TIMED = (TIMING, KERNEL_CHANGE, DISPATCH)
 
@@ -158,9 +162,22 @@ def telemetry_line(summary: dict[str, dict[str, Any] | None]) -> str:
     return "telemetry, medians over timing rounds: " + "; ".join(one(s, summary[s]) for s in ("A", "B"))
 
 
+def gpu_line(part: GpuPart) -> str:
+    """One GPU of a run spread over several: its benchmarks, and its telemetry or why it crashed."""
+    head = f"GPU {part.index} {part.uuid}: {len(part.benchmarks)} benchmarks"
+    if part.error:
+        done = len(part.run.pairs) if part.run is not None else 0
+        return (f"{head}, RUN CRASHED after {done} ({part.error}); the rest of its share is not judged")
+    if part.run is None:
+        return f"{head}, interrupted before it listed the sweep"
+    return f"{head}, wall {part.run.wall_s:.0f} s; " + telemetry_line(telemetry_summary(part.run))
+
+
 def _named(p: Paired) -> Verdict | None:
     """A benchmark that was not timed on both sides, as a verdict (None: skipped on both)."""
     a, b = p.a, p.b
+    if a.status == b.status == CRASHED:
+        return Verdict(p.name, Status.AMBIGUOUS, kind=GPU_CRASHED, undecided=True, reason=a.reason)
     if a.status == b.status == "failed":  # nothing says B is worse than A: not judged, not a pass
         return Verdict(p.name, Status.AMBIGUOUS, kind=FAILED_ON_BOTH, undecided=True,
                        reason=f"not judged, failed on both sides; A: {a.reason}; B: {b.reason}")
@@ -253,7 +270,9 @@ def process_offsets(run: AbRun) -> list[dict[str, Any]]:
 
 def report(run: AbRun, result: CompareResult) -> str:
     st = run.settings
-    lines = [f"A: {run.fingerprints['A'].get('gpu_name')} {run.fingerprints['A'].get('gpu_uuid') or ''}".rstrip(),
+    where = (f"{len(run.gpus)} GPUs, each benchmark's A and B on one of them (per GPU below)" if run.gpus
+             else run.fingerprints['A'].get('gpu_uuid') or '')
+    lines = [f"A: {run.fingerprints['A'].get('gpu_name')} {where}".rstrip(),
              f"stack A → B: {describe_changes(result.changes)}",
              "prepare + check (JIT build/load included, never timed): "
              + ", ".join(f"{s} {run.check_seconds[s]:.1f} s" for s in ("A", "B"))]
@@ -268,6 +287,8 @@ def report(run: AbRun, result: CompareResult) -> str:
         lines += wrap_line(f"CRASH: process {c.proc} (side {c.side}) lost during {c.during} {c.benchmark}: "
                            f"{c.reason.splitlines()[0][:200]}")
     lines += wrap_line(telemetry_line(telemetry_summary(run)))
+    for part in run.gpus:
+        lines += wrap_line(gpu_line(part))
     taking_turns = [p for p in run.pairs if p.turns]
     if taking_turns:
         lines += wrap_line(f"in turns ({len(taking_turns)} benchmarks): the GPU could not hold every process's copy at "
@@ -302,8 +323,15 @@ def report(run: AbRun, result: CompareResult) -> str:
         rounds = str(len(p.order)) if p is not None and p.order else "-"
         rows.append([label, v.name.removeprefix(prefix), format_seconds(v.base_median), format_seconds(v.new_median),
                      _interval(v, p), reps, rounds, v.reason])
-    lines += fit_table(["verdict", "benchmark", "A", "B", f"Δ [{st.confidence * 100:g}% bounds]", "procs", "rounds",
-                        "notes"], rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
+    head = ["verdict", "benchmark", "A", "B", f"Δ [{st.confidence * 100:g}% bounds]", "procs", "rounds", "notes"]
+    right = [False, False, True, True, True, True, True, False]
+    if run.gpus:  # which GPU measured each benchmark
+        index = {g.uuid: str(g.index) for g in run.gpus}
+        for row, v in zip(rows, result.sorted()):
+            row.insert(2, index.get(run.gpu_of.get(v.name, ""), "-"))
+        head.insert(2, "GPU")
+        right.insert(2, True)
+    lines += fit_table(head, rows, right, wrap=1, trail=len(head) - 1)
     both = skipped_on_both(run)
     if both:
         lines.append("")
@@ -354,6 +382,7 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
             # NVML per timing round, in round order (None: not measured, e.g. on CPU)
             "a_telemetry": (p.a.telemetry or None) if p else None,
             "b_telemetry": (p.b.telemetry or None) if p else None,
+            "gpu_uuid": run.gpu_of.get(v.name) or run.fingerprints.get("A", {}).get("gpu_uuid"),
         })
     code, summary = outcome(run, result)
     return {
@@ -365,4 +394,9 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
         "processes": process_offsets(run), "crashes": [dataclasses.asdict(c) for c in run.crashes],
         "skipped_on_both": [{"name": n, "reason": r} for n, r in skipped_on_both(run)],
         "benchmarks": rows, "not_reached": list(run.not_reached),
+        # a run spread over several GPUs: each GPU, its share, its telemetry per side ([] on one GPU)
+        "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name, "benchmarks": list(g.benchmarks),
+                  "measured": len(g.run.pairs) if g.run is not None else 0, "error": g.error or None,
+                  "wall_s": g.run.wall_s if g.run is not None else None,
+                  "telemetry": telemetry_summary(g.run) if g.run is not None else None} for g in run.gpus],
     }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Collection
@@ -204,6 +205,27 @@ class AbRun:
     wall_s: float = 0.0
     #: backend names each side's workers registered
     known_backends: dict[str, list[str]] = field(default_factory=dict)
+    #: a run spread over several GPUs (``ab.multi``): each GPU's part; empty for a one-GPU run
+    gpus: list[GpuPart] = field(default_factory=list)
+    #: benchmark -> UUID of the GPU that measured it (several GPUs only)
+    gpu_of: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class GpuPart:
+    """One GPU's part of a run spread over several GPUs: the benchmarks the partition gave it,
+    its own run (None when it never listed the sweep) and why it stopped early, if it did."""
+
+    index: int
+    uuid: str
+    name: str
+    benchmarks: list[str] = field(default_factory=list)
+    run: AbRun | None = None
+    #: every benchmark its workers listed, and every GPU's share as that listing partitions it
+    listed: list[str] = field(default_factory=list)
+    planned: list[list[str]] = field(default_factory=list)
+    #: the exception that ended its run ('' when it finished or was interrupted)
+    error: str = ""
 
 
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
@@ -251,8 +273,15 @@ def round_median(samples: list[float]) -> float:
 
 
 class AbRunner:
-    def __init__(self, a: Side, b: Side, cfg: AbConfig, progress: Callable[[str], None] | None = None):
+    """``prefix`` starts every process id (``g1.A1``: a run of several GPUs names each GPU's
+    processes apart). ``stop`` set from another thread interrupts the run at its next request,
+    as Ctrl-C does (the benchmarks that finished are judged, the rest are not reached)."""
+
+    def __init__(self, a: Side, b: Side, cfg: AbConfig, progress: Callable[[str], None] | None = None,
+                 prefix: str = ""):
         self.cfg = cfg
+        self.prefix = prefix
+        self.stop = threading.Event()
         self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
         self.test_only: dict[str, dict[str, str]] = {}  # per side, filled when the workers start
         self.specs = {label: WorkerSpec(python=interpreter(s.python), env=dict(s.env), init=_init(s, cfg),
@@ -266,6 +295,12 @@ class AbRunner:
         self._serial = {s: 0 for s in SIDES}
         self._t0 = time.monotonic()
         self._base_costs: list[float] = []
+        # the run so far (``salvage`` reads it when the run raised)
+        self.listed: list[str] | None = None  # every benchmark the sides listed, in order
+        self.by_side: dict[str, dict[str, dict]] | None = None  # side -> benchmark -> listed case
+        self.names: list[str] = []  # the benchmarks this run measures, in order
+        self.pairs: list[Paired] = []
+        self.versions: dict[str, dict[str, str | None]] = {}
 
     # -- processes ------------------------------------------------------------------------
     def _spawn(self, side: str, slot: int, *, extra: bool = False, replaces: str | None = None,
@@ -273,7 +308,7 @@ class AbRunner:
         """Start one process for ``side`` in ``slot``; its id, or None when it could not start
         (an ``initial`` start that fails raises: a side that cannot start is a usage error)."""
         self._serial[side] += 1
-        pid = f"{side}{self._serial[side]}"
+        pid = f"{self.prefix}{side}{self._serial[side]}"
         w = Worker(self.specs[side], label=f"process {pid}")
         try:
             ready = w.start()
@@ -304,6 +339,8 @@ class AbRunner:
         self.progress(f"[{pid}] LOST during {during} {benchmark}: {exc}")
 
     def _ask(self, pid: str, msg: dict[str, Any], what: str) -> dict[str, Any]:
+        if self.stop.is_set():
+            raise KeyboardInterrupt  # stopped from another thread: handled as Ctrl-C
         return self.workers[pid].request(msg, what)  # WorkerLost: the caller drops the process
 
     def _slot_tuples(self) -> list[tuple[str | None, str | None]]:
@@ -330,9 +367,12 @@ class AbRunner:
 
     # -- the run --------------------------------------------------------------------------
     def run(self, sweep_for: Callable[[dict], SweepOptions] | None = None, only: Collection[str] | None = None,
-            on_pair: Callable[[int, int, Paired], None] | None = None) -> AbRun:
+            on_pair: Callable[[int, int, Paired], None] | None = None,
+            select: Callable[[list[str], dict[str, dict[str, dict]]], list[str]] | None = None) -> AbRun:
         """``only``: the benchmark ids to run (a pytest run's selection, -k included), None: all
-        listed. ``on_pair(i, n, pair)`` is called after each benchmark (progress)."""
+        listed. ``select(names, by_side)``: this run's share of the listed names (``by_side``: per
+        side, benchmark -> listed case), e.g. one GPU's share. ``on_pair(i, n, pair)`` is called
+        after each benchmark (progress)."""
         self._t0 = time.monotonic()
         try:
             fps = self.start()
@@ -349,32 +389,46 @@ class AbRunner:
         except BaseException:
             self.close(kill=True)
             raise
-        by_side = {s: {c["id"]: c for c in listed[s]["cases"]} for s in SIDES}
+        by_side = self.by_side = {s: {c["id"]: c for c in listed[s]["cases"]} for s in SIDES}
+        self.versions = {s: listed[s]["versions"] for s in SIDES}
         names = list(by_side["A"]) + [n for n in by_side["B"] if n not in by_side["A"]]
+        self.listed = list(names)
         if only is not None:
             names = [n for n in names if n in only]
-        check_s = {s: 0.0 for s in SIDES}
-        pairs: list[Paired] = []
+        if select is not None:
+            names = select(names, by_side)
+        self.names = names
         interrupted = False
         try:
             for i, name in enumerate(names, 1):
+                if self.stop.is_set():
+                    raise KeyboardInterrupt
                 nxt = _problem_of(by_side, names[i]) if i < len(names) else None
                 p = self._one(name, by_side, i - 1, f"{i}/{len(names)}", len(names) - i,
                               release=nxt != _problem_of(by_side, name))
-                check_s["A"] += p.a.check_s
-                check_s["B"] += p.b.check_s
-                pairs.append(p)
+                self.pairs.append(p)
                 if on_pair is not None:
                     on_pair(i, len(names), p)
         except KeyboardInterrupt:  # a time limit (timeout -s INT) or Ctrl-C: judge what finished
             interrupted = True
-            self.progress(f"interrupted: {len(names) - len(pairs)} of {len(names)} benchmarks not reached")
+            self.progress(f"interrupted: {len(names) - len(self.pairs)} of {len(names)} benchmarks not reached")
         finally:
             self.close(kill=interrupted)
-        return AbRun(fps, {s: listed[s]["versions"] for s in SIDES}, pairs, check_s, self.test_only,
-                     not_reached=names[len(pairs):], processes=list(self.info.values()), crashes=list(self.crashes),
-                     settings=self.cfg.settings, wall_s=self._elapsed(),
-                     known_backends={s: sorted(listed[s]["versions"]) for s in SIDES})
+        return self._result()
+
+    def _result(self) -> AbRun:
+        """The run as far as it went: the finished benchmarks, the rest not reached."""
+        check_s = {s: sum((p.a if s == "A" else p.b).check_s for p in self.pairs) for s in SIDES}
+        return AbRun(dict(self.fingerprints), self.versions, list(self.pairs), check_s, self.test_only,
+                     not_reached=self.names[len(self.pairs):], processes=list(self.info.values()),
+                     crashes=list(self.crashes), settings=self.cfg.settings, wall_s=self._elapsed(),
+                     known_backends={s: sorted(self.versions[s]) for s in SIDES})
+
+    def salvage(self) -> AbRun | None:
+        """After ``run`` raised: what it had finished (the rest not reached), its workers killed;
+        None when it had not listed the sweep."""
+        self.close(kill=True)
+        return self._result() if self.by_side is not None else None
 
     def _one(self, name: str, by_side: dict, index: int, where: str, remaining: int, *,
              release: bool = True) -> Paired:

@@ -74,6 +74,9 @@ REPORT_KEYS = ("kind", "model", "role", "batch", "m", "num_tokens", "act_format"
                "bytes", "rel_ci95", "power_w", "power_max_w", "sm_clock_min_mhz", "sm_clock_max_mhz")
 #: ``extra_info`` keys that say how a case was timed: the placements it averaged (its rotating copies)
 MEASURE_KEYS = ("rotating_copies",)
+#: ``extra_info`` keys that say where a benchmark was measured: ``gpu_uuid``, recorded per benchmark by
+#: a run spread over several GPUs (``gate.store.approve`` writes each unit's file from it)
+UNIT_KEYS = ("gpu_uuid",)
 
 _RESAVE = "re-save with --benchmark-json (raw samples are required for the statistical gate)"
 
@@ -534,7 +537,7 @@ def slim_text(baseline: Baseline) -> str:
 def slim_record(rec: BenchmarkRecord) -> dict[str, Any]:
     """One benchmark as the slim format keeps it: raw samples (``samples`` for one window, else
     ``windows``: a list of sample lists) and the gate's and report's keys."""
-    keep = set(GATE_KEYS) | set(REPORT_KEYS) | set(MEASURE_KEYS)
+    keep = set(GATE_KEYS) | set(REPORT_KEYS) | set(MEASURE_KEYS) | set(UNIT_KEYS)
     extra = {k: v for k, v in rec.extra_info.items() if k in keep}
     if len(rec.windows) == 1:
         return {"extra_info": extra, "samples": list(rec.samples)}

@@ -12,6 +12,18 @@ offsets single benchmarks by more than a unit's own window-to-window spread, so 
 baseline from another unit is a less sensitive fallback. ``approve`` writes both files when the
 run recorded its GPU UUID.
 
+A run spread over several GPUs records, per benchmark, the UUID of the GPU that measured it
+(``extra_info.gpu_uuid``). ``approve`` then writes one unit file per UUID holding exactly that
+unit's benchmarks of this candidate (fingerprint ``gpu_uuid`` set to that unit), besides the
+model-level file of all of them. The rule is *replace*: a unit file is rewritten from the
+candidate, never merged with what it held. A benchmark that unit measured under an earlier
+approval but not in this candidate (the sweep changed, or the partition put it on another GPU)
+is dropped from its file, so no unit file keeps a time of an older stack; the model-level file
+and the unit that measured it now still gate it. Units not in the candidate keep their files,
+as a one-GPU approval leaves the other units' files. A unit file that holds only part of the
+model-level benchmarks is not preferred as a whole by ``select_baseline`` (it would leave the
+rest ungated).
+
 Earlier approved baselines are in git's history of ``approved.json``. A candidate becomes the
 baseline only through ``approve`` (an explicit act), which refuses runs that were not clean (FAIL
 verdicts / failed tests / broken CUDA context), runs that drop benchmarks of the baseline they
@@ -54,6 +66,8 @@ class Approval:
     #: an approved file was there before (False: the model's first approval)
     replaced: bool = False
     unit: Path | None = None
+    #: every unit file written, with its benchmark count (one for a one-GPU run)
+    units: tuple[tuple[Path, int], ...] = ()
 
 
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -178,14 +192,26 @@ def _listing(names: tuple[str, ...], limit: int = 10) -> str:
     return f"\n  {shown}{more}"
 
 
+def _covers(unit: Path, approved: Path) -> bool:
+    """The unit file holds every benchmark of the model-level file (a multi-GPU approval writes
+    each unit only its own share); an unreadable file does not cover (the model file is read)."""
+    if not approved.is_file():
+        return True
+    try:
+        return set(load_baseline(approved).benchmarks) <= set(load_baseline(unit).benchmarks)
+    except BaselineError:
+        return False
+
+
 def select_baseline(root: str | os.PathLike[str], fingerprint: Fingerprint) -> Path:
-    """The approved baseline of this very GPU unit when there is one, else the approved baseline
-    of this GPU model — never "the newest file"."""
+    """The approved baseline of this very GPU unit when there is one holding every benchmark of
+    the model's approved baseline, else the approved baseline of this GPU model — never "the
+    newest file"."""
+    p = approved_path(root, fingerprint.gpu_slug)
     if fingerprint.gpu_uuid and _UUID.fullmatch(fingerprint.gpu_uuid):
         own = unit_path(root, fingerprint.gpu_slug, fingerprint.gpu_uuid)
-        if own.is_file():
+        if own.is_file() and _covers(own, p):
             return own
-    p = approved_path(root, fingerprint.gpu_slug)
     if p.is_file():
         return p
     have = available_models(root)
@@ -276,12 +302,30 @@ def approve(
                                         "--force to override")
     approved = dataclasses.replace(cand, source=str(dest),
                                    approval={"from": str(candidate), "at": _utc_stamp(now), "forced": bool(force)})
+    shares = unit_shares(cand)
+    paths = {uuid: unit_path(root, cand.fingerprint.gpu_slug, uuid) for uuid in shares}  # every UUID checked first
     write_slim(approved, dest)
-    unit = None
-    if cand.fingerprint.gpu_uuid:
-        unit = unit_path(root, cand.fingerprint.gpu_slug, cand.fingerprint.gpu_uuid)
-        write_slim(dataclasses.replace(approved, source=str(unit)), unit)
-    return Approval(dest, dropped, added, replaced, unit)
+    units = []
+    for uuid, names in shares.items():
+        fp = dataclasses.replace(cand.fingerprint, gpu_uuid=uuid)
+        own = dataclasses.replace(approved, fingerprint=fp, source=str(paths[uuid]),
+                                  benchmarks={n: cand.benchmarks[n] for n in names})
+        write_slim(own, paths[uuid])
+        units.append((paths[uuid], len(names)))
+    unit = units[0][0] if len(units) == 1 else None
+    return Approval(dest, dropped, added, replaced, unit, tuple(units))
+
+
+def unit_shares(cand: Baseline) -> dict[str, list[str]]:
+    """``{GPU UUID: benchmark fullnames}``: each benchmark under the ``extra_info.gpu_uuid`` it was
+    measured on, else the run's own ``fingerprint.gpu_uuid`` (a one-GPU run: every benchmark under
+    it); a benchmark with neither is in no unit's file."""
+    out: dict[str, list[str]] = {}
+    for name, rec in sorted(cand.benchmarks.items()):
+        uuid = rec.extra_info.get("gpu_uuid") or cand.fingerprint.gpu_uuid
+        if uuid:
+            out.setdefault(str(uuid), []).append(name)
+    return out
 
 
 def migrate(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:

@@ -33,14 +33,10 @@ from __future__ import annotations
 
 import math
 
+from fp4bench.options import MAX_COPIES, MEMORY_FRACTION, MIN_COPIES  # noqa: F401 (the rule's defaults)
+
 #: the rotation spans this many L2s for a cold L2
 L2_MULTIPLE = 3
-#: placements every cold-L2 case averages at least (``--fp4-min-copies``)
-MIN_COPIES = 4
-#: most copies a case gets
-MAX_COPIES = 16
-#: share of the GPU's total memory all copies of one case may take
-MEMORY_FRACTION = 0.40
 
 
 def copy_count(*, l2_bytes: int, footprint_bytes: float, copy_bytes: float, total_bytes: int,

@@ -24,6 +24,11 @@ The spin kernel shows in the recorded kernel names: the gate notes "kernels chan
 slowed benchmarks, and for an explicit tactic (``--fp4-tactics all``) reports a kernel change
 instead of judging the time. Measure detection power on the default tactics.
 
+``FP4BENCH_SLOWDOWN_GPUS=GPU-...,GPU-...`` (optional) slows down only a process pinned by UUID
+to one of those GPUs (its ``CUDA_VISIBLE_DEVICES``, as ``fp4bench.gpus.devices.pin_env`` sets
+it); every other process keeps the plain backends. That makes one unit of a host slow on
+purpose: the acceptance test of ``fp4bench units``, or one GPU's share of ``fp4bench ab --gpus``.
+
 A run that measures a test-only backend records it in ``sweep.test_only``; it is not clean,
 ``fp4bench baseline approve`` refuses it even with ``--force``, and it is never gated against.
 """
@@ -43,6 +48,7 @@ from fp4bench.operands import Operands
 from fp4bench.problems import Problem
 
 ENV = "FP4BENCH_SLOWDOWN"
+GPUS_ENV = "FP4BENCH_SLOWDOWN_GPUS"
 
 
 def parse_spec(text: str) -> dict[str, float]:
@@ -258,10 +264,26 @@ class Slowed(Backend):
         return out
 
 
+def on_chosen_gpu() -> bool:
+    """Whether this process slows down: ``$FP4BENCH_SLOWDOWN_GPUS`` unset, or naming the UUID this
+    process is pinned to (``CUDA_VISIBLE_DEVICES``)."""
+    chosen = os.environ.get(GPUS_ENV)
+    if chosen is None:
+        return True
+    uuids = {u.strip() for u in chosen.split(",") if u.strip()}
+    if not uuids or not all(u.startswith(("GPU-", "MIG-")) for u in uuids):
+        raise ValueError(f"{GPUS_ENV}={chosen!r}: expected comma-separated GPU UUIDs (GPU-...)")
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() in uuids
+
+
 def wrap_backends(get_backend: Callable[[str], Backend]) -> list[Backend]:
-    """The backends named in ``$FP4BENCH_SLOWDOWN``, wrapped (the registry puts them in place)."""
+    """The backends named in ``$FP4BENCH_SLOWDOWN``, wrapped (the registry puts them in place);
+    none in a process that ``$FP4BENCH_SLOWDOWN_GPUS`` leaves out."""
+    spec = parse_spec(os.environ.get(ENV, ""))
+    if not on_chosen_gpu():
+        return []
     out = []
-    for name, fraction in parse_spec(os.environ.get(ENV, "")).items():
+    for name, fraction in spec.items():
         inner = get_backend(name)  # ValueError names an unknown backend
         out.append(Slowed(inner.inner if isinstance(inner, Slowed) else inner, fraction))
     return out
