@@ -18,29 +18,11 @@ import sys
 from typing import Sequence
 
 from fp4bench.cli_compare import EXIT_USAGE, _print_safely
-from fp4bench.options import AB_GPUS, GATE, SWEEP, add_options, plain, positive_seconds, split_list
+from fp4bench.options import (AB_GPUS, GATE, SWEEP, add_options, at_least, env_pair, plain, positive_seconds,
+                              split_list)
 from fp4bench.outputs import check_outputs, write_atomic
 
 PROG = "fp4bench ab"
-
-
-def _env_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def _count(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
-        return v
-    return parse
 
 
 #: the gate options ab takes: the floor (its own default: two stacks side by side on one GPU
@@ -56,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  epilog="exit status: 0 no regression, 1 regression, 2 usage error, 3 incomplete")
     ap.add_argument("--a", required=True, help="current stack: python interpreter or venv directory")
     ap.add_argument("--b", required=True, help="candidate stack: python interpreter or venv directory")
-    ap.add_argument("--a-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
+    ap.add_argument("--a-env", action="append", type=env_pair, default=[], metavar="KEY=VALUE",
                     help="environment variable only side A gets (repeatable)")
-    ap.add_argument("--b-env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE",
+    ap.add_argument("--b-env", action="append", type=env_pair, default=[], metavar="KEY=VALUE",
                     help="environment variable only side B gets (repeatable)")
     ap.add_argument("--a-plugin", action="append", default=[], metavar="MODULE",
                     help="backend module only side A loads (repeatable; --plugin loads one on both sides)")
@@ -66,13 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="backend module only side B loads, e.g. fp4bench.testing.slowdown with "
                          "--b-env FP4BENCH_SLOWDOWN=torch-bf16=0.05 to test the gate")
     add_options(ap.add_argument, SWEEP)
-    ap.add_argument("--replicates", type=_count(2), default=d.replicates,
+    ap.add_argument("--replicates", type=at_least(2), default=d.replicates,
                     help="worker processes per side, each an independent replicate (default %(default)d)")
-    ap.add_argument("--rounds", type=_count(2), default=d.rounds,
+    ap.add_argument("--rounds", type=at_least(2), default=d.rounds,
                     help="timing rounds every benchmark gets, each visiting every process (default %(default)d)")
-    ap.add_argument("--max-rounds", type=_count(2), default=d.max_rounds,
+    ap.add_argument("--max-rounds", type=at_least(2), default=d.max_rounds,
                     help="rounds an undecided benchmark may grow to (default %(default)d)")
-    ap.add_argument("--max-resident", type=_count(2), default=None,
+    ap.add_argument("--max-resident", type=at_least(2), default=None,
                     help="at most this many processes hold one benchmark at once; beyond it the process pairs "
                          "take turns (default: as many as the GPU's free memory holds, read at the first capture)")
     ap.add_argument("--placement", choices=("round", "process"), default=d.placement,
@@ -80,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "--min-copies operand copies, each its own allocation); round: also every round after a "
                          "process's first in fresh device memory, ~0.3-0.7 s more a round and process "
                          "(default %(default)s)")
-    ap.add_argument("--round-samples", type=_count(3), default=d.round_samples,
+    ap.add_argument("--round-samples", type=at_least(3), default=d.round_samples,
                     help="samples per process and round (default %(default)d)")
     ap.add_argument("--time-budget", type=positive_seconds, default=d.time_budget_s,
                     help="seconds for the whole run: rounds/processes are added to undecided benchmarks only "
