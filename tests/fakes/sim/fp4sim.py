@@ -49,7 +49,10 @@ def _kernel_names(fn, **_: object) -> list[str]:
 
 
 def install(mp) -> None:
-    """Apply the simulation (``mp``: a ``pytest.MonkeyPatch``)."""
+    """Apply the simulation (``mp``: a ``pytest.MonkeyPatch``). torch runs on one intra-op thread:
+    on a loaded 2-core machine hand-offs between intra-op threads stretched a fake's ~1 ms of CPU
+    work to ~40 ms at random, 30x apart between a baseline run and the next."""
+    torch.set_num_threads(1)
     mp.setattr(_gating, "device_info", lambda device: world.GPU)
     mp.setattr(torch.version, "cuda", "12.9")
     mp.setattr(kernel_ids, "kernel_names", _kernel_names)
