@@ -147,11 +147,11 @@ class Child:
         no-op where there is no telemetry to take."""
         import contextlib
 
-        from fp4bench.measure.telemetry import TelemetrySampler
+        from fp4bench.measure.telemetry import for_device
 
         if not self.telemetry:
             return contextlib.nullcontext(None)
-        return TelemetrySampler(self.device.index or 0, nvml=self.nvml)
+        return for_device(self.device, nvml=self.nvml)
 
     def cases(self, req: dict[str, Any]) -> dict[str, Any]:
         """The sweep as this environment lists it (its libraries decide the tactics)."""
