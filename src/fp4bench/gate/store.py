@@ -7,10 +7,10 @@ regressed run silently becomes the next baseline; fp4bench does neither::
     baselines/<gpu_slug>/units/<GPU UUID>.json         the same, recorded on that very GPU unit
     baselines/<gpu_slug>/candidates/<UTC time>.json    runs waiting for review (pytest-benchmark JSON)
 
-A run prefers the baseline of its own unit (``select_baseline``): another unit of the model
-offsets single benchmarks by more than a unit's own window-to-window spread, so a model-level
-baseline from another unit is a less sensitive fallback. ``approve`` writes both files when the
-run recorded its GPU UUID.
+A benchmark is judged by the baseline of its own unit when that unit's file holds it
+(``select_baselines``, ``gate.choice``): another unit of the model offsets single benchmarks by
+more than a unit's own window-to-window spread, so a model-level baseline from another unit is a
+less sensitive fallback. ``approve`` writes both files when the run recorded its GPU UUID.
 
 Earlier approved baselines are in git's history of ``approved.json``. A candidate becomes the
 baseline only through ``approve`` (an explicit act), which refuses runs that were not clean (FAIL
