@@ -25,11 +25,12 @@ QUICK = ["--fp4-backends", "torch-reference,torch-bf16", "--fp4-batches", "1", "
          "--fp4-floor", "200"]
 
 
-def bench(tmp_path: Path, *args: str, gpus: str | None = f"{A},{B}", kill: str = "") -> subprocess.CompletedProcess:
+def bench(tmp_path: Path, *args: str, gpus: str | None = f"{A},{B}", kill: str = "",
+          seen: str = "") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "CUDA_VISIBLE"))}
     env.pop("FP4BENCH_FAKE_GPUS", None)
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests" / "fakes")]),
-               FP4BENCH_FAKE_KILL=kill)
+               FP4BENCH_FAKE_KILL=kill, FP4BENCH_FAKE_SEEN=seen)
     if gpus is not None:
         env["FP4BENCH_FAKE_GPUS"] = gpus
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fakegpu", "-p", "no:cacheprovider", "-rA",
@@ -136,3 +137,9 @@ def test_a_usage_error_a_worker_meets_is_the_runs_one_line_usage_error(tmp_path)
                       "times taken differently are not comparable (re-run with the baseline's setting, or make a new "
                       "baseline)"], res.stderr
     assert "replacing crashed worker" not in res.stdout
+
+
+def test_a_worker_that_measures_on_another_gpu_than_assigned_stops_the_run(tmp_path):
+    res = bench(tmp_path, "-n", "2", seen=B)  # both workers see B: CUDA started before the pin
+    assert res.returncode == pytest.ExitCode.USAGE_ERROR, res.stdout[-2000:] + res.stderr[-2000:]
+    assert re.search(rf"^ERROR: fp4bench: worker gw\d was assigned GPU {A} but measures on {B}$", res.stderr, re.M)

@@ -184,6 +184,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     try:
         st.setup()  # loads --fp4-plugin modules
+        plugin_xdist.check_worker_gpu(metafunc.config)
         st.sweep = opts = st.sweep_options()
     except (ValueError, pytest.UsageError) as exc:
         # raised here, pytest would report a collection error with a traceback (exit 2); a bad

@@ -156,6 +156,17 @@ def fail_worker_collection(config: pytest.Config) -> None:
         pytest.fail(USAGE_MARK + st.usage_error.removeprefix("ERROR: "), pytrace=False)
 
 
+def check_worker_gpu(config: pytest.Config) -> None:
+    """In a worker, once its device is set up: the GPU it measures on is the one it was assigned
+    (``pytest.UsageError`` otherwise: CUDA was initialized under another mask)."""
+    if not _pinned_worker(config):
+        return
+    uuid = session_of(config).fingerprint.gpu_uuid
+    if uuid is not None and uuid != config.workerinput[GPU_KEY]:
+        raise pytest.UsageError(f"worker {config.workerinput.get('workerid')} was assigned GPU "
+                                f"{config.workerinput[GPU_KEY]} but measures on {uuid}")
+
+
 def _configure_worker(config: pytest.Config, st: Any) -> None:
     from fp4bench.gpus.pinning import PinError, check_pinned
 

@@ -5,8 +5,9 @@ is pinned to one fake UUID through ``CUDA_VISIBLE_DEVICES`` like a worker on a G
 measures on the CPU, whose fingerprint has no GPU. This plugin (``-p fakegpu`` with
 ``tests/fakes`` on the path) gives such a process the fingerprint of its one visible fake GPU:
 name ``Fake GPU``, compute capability ``0.0``, its UUID; a process that sees several fake GPUs
-(the controller) keeps the CPU's. ``FP4BENCH_FAKE_KILL=<text>`` kills (SIGKILL) the process that
-is about to run the case whose test id contains the text: a worker that dies mid-run.
+(the controller) keeps the CPU's. ``FP4BENCH_FAKE_SEEN=<UUID>`` makes it report that GPU instead:
+a worker whose CUDA started before its pin. ``FP4BENCH_FAKE_KILL=<text>`` kills (SIGKILL) the
+process that is about to run the case whose test id contains the text: a worker that dies mid-run.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def collect_fingerprint(device=None):
     if len(gpus) != 1:
         return fp
     return dataclasses.replace(fp, gpu_name=gpus[0].name, gpu_slug=fp4bench.env.gpu_slug(gpus[0].name),
-                               compute_capability="0.0", gpu_uuid=gpus[0].uuid)
+                               compute_capability="0.0", gpu_uuid=os.environ.get("FP4BENCH_FAKE_SEEN") or gpus[0].uuid)
 
 
 fp4bench.env.collect_fingerprint = collect_fingerprint
