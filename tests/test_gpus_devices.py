@@ -58,15 +58,6 @@ def test_a_worker_is_pinned_by_uuid(four):
     assert pin_env(g) == {"CUDA_VISIBLE_DEVICES": "GPU-cc33"}
 
 
-def test_nvml_index_of_a_uuid_is_its_host_position_whatever_cuda_visible_devices_says(four, monkeypatch):
-    from fp4bench.gpus.devices import nvml_index
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cc33")  # a worker pinned to the host's third GPU
-    assert visible_gpus()[0].uuid == "GPU-cc33"  # CUDA's cuda:0 ...
-    assert nvml_index("GPU-cc33") == 2  # ... is NVML's device 2
-    assert nvml_index("GPU-ffff") is None
-
-
 def test_a_pinned_worker_polls_nvml_for_its_own_gpu(four, monkeypatch):
     """The worker's telemetry sampler reads the NVML device of its pinned GPU, not NVML device 0."""
     import dataclasses

@@ -20,8 +20,8 @@ LAYERS = {
     "worker": 6, "windows": 6,
     "gate": 7, "linelog": 7,
     "report": 8, "reporting": 8, "textfit": 8,
-    "session": 9, "ab": 9, "units": 9, "plugin_console": 9,
-    "plugin": 10, "plugin_runlog": 10, "plugin_outputs": 10, "plugin_compat": 10, "plugin_ab": 10,
+    "session": 9, "ab": 9, "units": 9, "plugin_console": 9, "merge": 9,
+    "plugin": 10, "plugin_runlog": 10, "plugin_outputs": 10, "plugin_compat": 10, "plugin_ab": 10, "plugin_xdist": 10,
     "cli": 10, "__main__": 10,
 }
 

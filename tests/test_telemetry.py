@@ -263,8 +263,10 @@ def test_bad_device_index_is_reported_not_raised():
 
 
 def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match="device_index"):
+    with pytest.raises(ValueError, match="NVML UUID .* or an NVML index"):
         TelemetrySampler(-1)
+    with pytest.raises(ValueError, match="NVML UUID"):
+        TelemetrySampler("0")
     with pytest.raises(ValueError, match="period_s"):
         TelemetrySampler(0, period_s=0)
     with pytest.raises(ValueError, match="min_energy_window_s"):
@@ -353,3 +355,57 @@ def test_field_ids_follow_installed_pynvml():
     old = types.SimpleNamespace(NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN=251)
     assert tm.field_ids(old) == {"sw_power_cap": 74, "sync_boost": 76, "sw_thermal": 251, "hw_thermal": 270,
                                  "hw_power_brake": 271}
+
+
+# --- the pinned GPU: NVML by UUID -------------------------------------------------------------
+
+
+class TwoGpuNVML(FakeNVML):
+    """Two GPUs with their own power readings; handles by NVML index or by UUID."""
+
+    UUIDS = ("GPU-11111111-aaaa", "GPU-22222222-bbbb")
+    POWER = {"h0": 100_000, "h1": 200_000}
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        self._rec("handle")
+        if i not in (0, 1):
+            raise FakeNVMLError("Invalid Argument")
+        return f"h{i}"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self._rec("handle")
+        if uuid not in self.UUIDS:
+            raise FakeNVMLError("Not Found")
+        return f"h{self.UUIDS.index(uuid)}"
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._rec("power")
+        return self.POWER[h]
+
+
+def test_a_pinned_worker_reads_its_own_gpu_not_nvml_device_0(monkeypatch):
+    """Under CUDA_VISIBLE_DEVICES=1 torch's cuda:0 is NVML's device 1: the sampler of the case's
+    device must read that GPU (by its UUID from torch's device properties), not NVML's device 0."""
+    import torch
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    props = types.SimpleNamespace(uuid="22222222-bbbb", name="NVIDIA H200", major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    with tm.for_device(torch.device("cuda:0"), period_s=0.002, nvml=TwoGpuNVML()) as s:
+        time.sleep(0.01)
+    assert s.gpu == "GPU-22222222-bbbb"
+    assert s.result.error is None and s.result.power_mean_w == pytest.approx(200.0)
+
+
+def test_without_a_uuid_from_torch_the_visible_gpus_name_it(monkeypatch):
+    """A torch that reports no UUID: CUDA_VISIBLE_DEVICES read as CUDA reads it names the GPU."""
+    import torch
+
+    from fp4bench.gpus import devices
+
+    monkeypatch.setenv(devices.FAKE_ENV, ",".join(TwoGpuNVML.UUIDS))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(name="x"))
+    with tm.for_device(torch.device("cuda:0"), period_s=0.002, nvml=TwoGpuNVML()) as s:
+        time.sleep(0.01)
+    assert s.gpu == "GPU-22222222-bbbb" and s.result.power_mean_w == pytest.approx(200.0)

@@ -24,7 +24,7 @@ from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported,
 from fp4bench.measure import copies as copy_rule
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
-from fp4bench.measure.telemetry import TelemetrySampler
+from fp4bench.measure.telemetry import for_device as telemetry_for
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
 from fp4bench.measure.verify import CheckResult, check_case, gemm_error_bound
 from fp4bench.measure.verify_quant import check_quant
@@ -247,7 +247,7 @@ class CaseRunner:
             return CaseResult(MEASURED, "correctness only (timing disabled)", check=check, extra_info=info)
         fns = self._rotating_calls(backend, problem, ops, prep, tactic)
         if self.device.type == "cuda":
-            with TelemetrySampler(self.device.index or 0) as tele:
+            with telemetry_for(self.device) as tele:
                 timing = time_gpu(fns, self.timing, self.device, backend.no_graph_reason)
             if tele.result is not None:
                 # energy per call is only reported for windows >= 1 s (see TelemetrySampler)

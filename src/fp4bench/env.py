@@ -214,6 +214,18 @@ def _uuid_text(props: Any) -> str | None:
     return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
 
 
+def device_uuid(device: Any) -> str | None:
+    """The NVML UUID of torch's CUDA ``device`` from its properties (None: a CPU, or a torch
+    that does not report it). Creates no CUDA context beyond the one torch already has."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return _uuid_text(torch.cuda.get_device_properties(index))
+
+
 def _nvml_handle(pynvml: Any, props: Any, index: int) -> Any:
     """The NVML handle of torch's device. By UUID: CUDA_VISIBLE_DEVICES renumbers indices."""
     text = _uuid_text(props)

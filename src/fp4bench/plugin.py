@@ -73,11 +73,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before any CUDA allocation: a sweep allocates and frees 10+ GB operand sets per problem;
     # with fixed segments an H200 run reported 113 GiB "reserved but unallocated" and went OOM.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog
+    from fp4bench import plugin_ab, plugin_compat, plugin_console, plugin_runlog, plugin_xdist
 
-    plugin_compat.refuse_xdist_early(config)  # before xdist starts its workers (pytest_sessionstart)
     config.stash[SESSION] = st = Fp4Session(config)
     _CONFIGS.append(config)
+    # -n over the GPUs: pin a worker before its CUDA starts, or make this process the controller
+    # that merges the workers' cases (before xdist starts any worker: pytest_sessionstart)
+    plugin_xdist.configure(config)
 
     config.pluginmanager.register(plugin_runlog, "fp4bench.plugin_runlog")
     config.pluginmanager.register(plugin_console.ConsolePlugin(config), "fp4bench.plugin_console")
@@ -96,7 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if isinstance(value, str) and not value.strip():  # "" would run ungated and pass
             raise pytest.UsageError(f"fp4bench: {flag} {value!r}: empty baseline path (give a file, or leave "
                                     "the option out to run ungated)")
-    # pytest-xdist workers neither write the JSON nor gate; the controller does
+    # pytest-xdist workers neither write the results file nor gate the run; the controller does
     save = None if hasattr(config, "workerinput") else _save_option(config)
     for name, low in (("fp4_windows", 1), ("fp4_max_windows", 1)):
         v = config.getoption(name)
@@ -109,7 +111,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if compare and compare is not True and not explicit:
             explicit = str(_compare_target(config, str(compare)))  # --benchmark-compare=<id|path> gates too
         if compare or explicit:
-            st.activate_baseline(explicit)
+            try:
+                st.activate_baseline(explicit)
+            except pytest.UsageError as exc:  # a worker's: reported by its controller (plugin_xdist)
+                if not plugin_xdist.defer(config, str(exc)):
+                    raise
         if save:
             st.route_json(save)
         if not hasattr(config, "workerinput"):  # every output path, before any case runs
@@ -119,6 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
             check_outputs(config, st, log_path(config))
     except (ValueError, RuntimeError) as exc:  # a bad --fp4-* value met while setting up
         raise pytest.UsageError(f"fp4bench: {exc}") from None
+    plugin_xdist.quiet_worker(config)
 
 
 def _save_option(config: pytest.Config) -> str | None:
@@ -154,10 +161,22 @@ def _compare_target(config: pytest.Config, value: str) -> Path:
     return hits[0]
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` over benchmark cases: one worker per visible GPU (``plugin_xdist``)."""
+    from fp4bench.plugin_xdist import auto_workers
+
+    return auto_workers(config)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "fp4_case" not in metafunc.fixturenames:
         return
+    from fp4bench import plugin_xdist
+
     st = _state(metafunc.config)
+    if st.usage_error:  # an xdist worker's, met while configuring
+        plugin_xdist.fail_worker_collection(metafunc.config)
     marker = metafunc.definition.get_closest_marker("fp4")
     kind = marker.kwargs.get("kind") if marker else None
     from fp4bench.backends.registry import all_backends
@@ -165,11 +184,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     try:
         st.setup()  # loads --fp4-plugin modules
+        plugin_xdist.check_worker_gpu(metafunc.config)
         st.sweep = opts = st.sweep_options()
     except (ValueError, pytest.UsageError) as exc:
         # raised here, pytest would report a collection error with a traceback (exit 2); a bad
         # option value is a usage error (one line, exit 4): raised once collection is done
         st.usage_error = f"fp4bench: {exc}"
+        plugin_xdist.fail_worker_collection(metafunc.config)
         metafunc.parametrize("fp4_case", [], ids=[])
         return
     if kind and kind not in opts.kinds:
@@ -179,6 +200,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             specs = [c for c in cases_for(opts, all_backends(), st.device) if kind is None or c.problem.kind == kind]
         except ValueError as exc:
             st.usage_error = f"fp4bench: {exc}"
+            plugin_xdist.fail_worker_collection(metafunc.config)
             metafunc.parametrize("fp4_case", [], ids=[])
             return
     if not specs:  # one skip that says why, instead of pytest's "got empty parameter set"
@@ -204,7 +226,7 @@ def pytest_runtestloop(session: pytest.Session):
     """After the tests (window 1 of every case): passes 2..N of ``--fp4-windows`` over the sweep."""
     yield
     st = _state(session.config)
-    if not st.ready or not st.cases or hasattr(session.config, "workerinput"):
+    if not st.ready or not st.cases:  # an xdist worker takes the windows of its own cases
         return
     from fp4bench.windows import extra_passes, window_count
 
@@ -275,8 +297,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 if session.exitstatus == 0:
                     session.exitstatus = 3  # incomplete: what was asked for was not written
             st.json_path = None  # nothing measured: nothing written
-    if st.baseline is None or not st.ready or st.usage_error:  # a run that never started judges nothing
-        return
+    if st.baseline is None or not st.ready or st.usage_error or hasattr(session.config, "workerinput"):
+        return  # a run that never started judges nothing; an xdist worker's controller judges the run
     result = st.final_compare()
     from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_REGRESSION
 
@@ -290,6 +312,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     st = _state(config)
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller reports the run
+        return
     if st.save_error:
         terminalreporter.write_line(st.save_error)
     if not st.ready or st.usage_error or (not st.rows and st.baseline is None):

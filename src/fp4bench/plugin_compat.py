@@ -1,4 +1,4 @@
-"""pytest-benchmark and pytest-xdist conventions around fp4bench cases.
+"""pytest-benchmark conventions around fp4bench cases.
 
 fp4bench hands pytest-benchmark samples it timed itself (CUDA-graph replay, CUPTI kernel time),
 so some of pytest-benchmark's behaviour does not apply to its cases, and this module says so
@@ -7,8 +7,6 @@ instead of letting it fail silently:
 * calibration flags (``--benchmark-min-rounds``, ``--benchmark-max-time``, ...) do nothing for
   an fp4bench case: one warning per flag set to a non-default value, naming the fp4bench option
   that controls the same thing;
-* ``-n`` (pytest-xdist) is refused with a usage error: the workers would share one GPU, and
-  pytest-benchmark disables itself under xdist, so every case would end up MISSING;
 * pytest-benchmark's own results table repeats fp4bench's results table (with pytest-benchmark's
   min/max/mean of the same samples): fp4bench's cases are left out of it, other benchmarks of
   the session stay (``--fp4-benchmark-table`` keeps them all).
@@ -16,9 +14,7 @@ instead of letting it fail silently:
 
 from __future__ import annotations
 
-import ast
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,21 +97,6 @@ class CompatPlugin:
             _warn(f"@pytest.mark.benchmark({', '.join(marked)}) is ignored on fp4bench cases (fp4bench times them "
                   f"itself; see --fp4-min-samples, --fp4-time-budget, --fp4-target-ci)")
 
-    # -- pytest-xdist ------------------------------------------------------------------------
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
-        # an xdist worker collecting an fp4bench case: a collection error carrying the refusal,
-        # which the controller (pytest_collectreport below) turns into a usage error
-        if "fp4_case" in metafunc.fixturenames and hasattr(self.config, "workerinput"):
-            n = self.config.workerinput.get("workercount", "N")
-            pytest.fail(xdist_refusal(n), pytrace=False)
-
-    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter lists it as a collection error
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        if report.failed and REFUSAL_MARK in str(report.longrepr) and not hasattr(self.config, "workerinput"):
-            text = str(report.longrepr)
-            raise pytest.UsageError(text[text.index(REFUSAL_MARK):].strip())
-
     # -- pytest-benchmark's table ---------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
     def pytest_benchmark_group_stats(self, config: pytest.Config, benchmarks, group_by):
@@ -130,41 +111,3 @@ def _warn(text: str) -> None:
     """A PytestConfigWarning located at "fp4bench options" (an option, not a source line, is
     what to fix; pytest shows each distinct warning once in its warnings summary)."""
     warnings.warn_explicit(pytest.PytestConfigWarning(text), pytest.PytestConfigWarning, "fp4bench options", 0)
-
-
-REFUSAL_MARK = "fp4bench: pytest-xdist"
-
-
-def benchmark_modules(args: list[str]) -> list[Path]:
-    """The test modules under pytest's arguments that define a test taking ``fp4_case`` (read as
-    source, nothing imported): what an xdist run would hand to workers sharing one GPU."""
-    found = []
-    for arg in args:
-        root = Path(arg.split("::", 1)[0])
-        files = [root] if root.is_file() else sorted(root.rglob("test_*.py")) if root.is_dir() else []
-        for f in files:
-            try:
-                tree = ast.parse(f.read_text(errors="replace"))
-            except (OSError, SyntaxError, ValueError):
-                continue  # pytest reports it as a collection error
-            if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
-                   and any(a.arg == "fp4_case" for a in n.args.args) for n in ast.walk(tree)):
-                found.append(f)
-    return found
-
-
-def refuse_xdist_early(config: pytest.Config) -> None:
-    """``-n N`` over benchmark modules: a usage error in the controller, before xdist starts any
-    worker. (A case reached another way is still refused by the workers' collection, below.)"""
-    n = config.getoption("numprocesses", default=None)
-    if not n or hasattr(config, "workerinput"):
-        return
-    if benchmark_modules([str(a) for a in config.args]):
-        raise pytest.UsageError(xdist_refusal(n))
-
-
-def xdist_refusal(workers: Any) -> str:
-    return (f"{REFUSAL_MARK} (-n {workers}) cannot run benchmark cases: they are timed on one GPU, and "
-            "parallel workers would time each other's kernels (pytest-benchmark also disables itself under "
-            "xdist, so every case would be reported MISSING). Run without -n; for one process per case use "
-            "--fp4-isolate; for several GPUs run one pytest per GPU with CUDA_VISIBLE_DEVICES=<i>.")

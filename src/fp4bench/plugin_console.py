@@ -84,6 +84,14 @@ class Tracker:
 _TRACKER = pytest.StashKey[Tracker]()
 
 
+def plan(config: pytest.Config, names: Sequence[str]) -> None:
+    """Tell the run's console which fp4bench cases it runs: the xdist controller collects none
+    itself and learns them from a worker (``plugin_xdist``)."""
+    plugin = config.pluginmanager.get_plugin("fp4bench.plugin_console")
+    if plugin is not None:
+        plugin.plan(names)
+
+
 def tracker(config: pytest.Config) -> Tracker:
     t = config.stash.get(_TRACKER, None)
     if t is None:
@@ -111,7 +119,11 @@ class ConsolePlugin:
         self._planned: set[str] = set()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.tracker.planned = [i.nodeid for i in session.items if case_of(i) is not None]
+        self.plan([i.nodeid for i in session.items if case_of(i) is not None])
+
+    def plan(self, names: Sequence[str]) -> None:
+        """The run's fp4bench cases (collected and selected), in order."""
+        self.tracker.planned = list(names)
         self._planned = set(self.tracker.planned)
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:

@@ -41,7 +41,8 @@ def _check(config: pytest.Config, st: Any, log_path: Path | None) -> None:
 
     opt = config.getoption
     compare = opt("benchmark_compare", default=None)
-    inputs = [st.baseline_path, compare if isinstance(compare, str) else None, st.json_path]
+    read = [f.path for f in st.baselines.files] if st.baselines is not None else [st.baseline_path]
+    inputs = [*read, compare if isinstance(compare, str) else None, st.json_path]
     outs = check_all({"--fp4-verdict-json": opt("fp4_verdict_json"), "--fp4-csv": opt("fp4_csv"),
                       "--fp4-log": log_path}, inputs, force=opt("fp4_force"))
     user_json = opt("benchmark_json", default=None)

@@ -5,6 +5,8 @@ becomes an ``IsolatedRunner`` with the same interface; its worker is closed here
 ``--fp4-log PATH`` (default next to a ``--fp4-save-baseline`` JSON): each finished case is
 written to a line log the moment its report is made (``fp4bench.linelog``); the log holds this
 run only (an existing file is refused before the run, or truncated with ``--fp4-force``).
+In a run over several GPUs the controller writes the one log as the workers' reports arrive
+(``plugin_xdist``); the workers write none.
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ def _spec(item: pytest.Item):
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    session.config.stash[_PLANNED] = [i.nodeid for i in session.items if _spec(i) is not None]
+    set_planned(session.config, [i.nodeid for i in session.items if _spec(i) is not None])
+
+
+def set_planned(config: pytest.Config, planned: list[str]) -> None:
+    """The fp4bench cases the run will measure (the log's header lists them)."""
+    config.stash[_PLANNED] = list(planned)
 
 
 def _log(config: pytest.Config) -> LineLog | None:
@@ -46,11 +53,16 @@ def _log(config: pytest.Config) -> LineLog | None:
         return log
     path = log_path(config)
     st = session_of(config)
-    if path is None or not st.ready:
+    if path is None or not st.ready or hasattr(config, "workerinput"):
         return None
     log = LineLog(path, overwrite=bool(config.getoption("fp4_force")))
-    log.header(st.fingerprint, st.sweep.to_dict() if st.sweep else None, config.stash.get(_PLANNED, []),
-               isolated=bool(config.getoption("fp4_isolate")))
+    fingerprint = st.fingerprint
+    if len(st.gpus) > 1:  # a case line's extra_info names the GPU that measured it
+        import dataclasses
+
+        fingerprint = dataclasses.replace(fingerprint, gpu_uuid=None)
+    log.header(fingerprint, st.sweep.to_dict() if st.sweep else None, config.stash.get(_PLANNED, []),
+               isolated=bool(config.getoption("fp4_isolate")), **({"gpus": list(st.gpus)} if st.gpus else {}))
     config.stash[_LOG] = log
     return log
 
@@ -62,8 +74,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     spec = _spec(item)
     if spec is None or not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
         return
-    log = _log(item.config)
-    if log is None:
+    if _log(item.config) is None:
         return
     from fp4bench.gate.baseline import availability_key
     st = session_of(item.config)
@@ -76,10 +87,22 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     from fp4bench.plugin_console import REASON
 
     reason = item.stash.get(REASON, None)  # a skip's or failure's message before it was fitted to the terminal
-    if reason is None:
-        reason = rep.longrepr[2] if rep.skipped and isinstance(rep.longrepr, tuple) else (
-            _failure_reason(rep) if rep.failed else "")
-    log.case(item.nodeid, rep.outcome, samples, extra, avail, reason)
+    write_case(item.config, item.nodeid, rep.outcome, samples, extra, avail,
+               report_reason(rep) if reason is None else reason)
+
+
+def report_reason(rep: pytest.TestReport) -> str:
+    """A skip's reason, or the first line of a failure's own message ('' for a pass)."""
+    return rep.longrepr[2] if rep.skipped and isinstance(rep.longrepr, tuple) else (
+        _failure_reason(rep) if rep.failed else "")
+
+
+def write_case(config: pytest.Config, nodeid: str, outcome: str, samples, extra, availability: dict,
+               reason: str) -> None:
+    """One finished case on the line log (nothing when the run keeps none)."""
+    log = _log(config)
+    if log is not None:
+        log.case(nodeid, outcome, samples, extra, availability, reason)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

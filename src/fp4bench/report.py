@@ -16,7 +16,7 @@ import numpy as np
 from fp4bench.gate.coverage import EXIT_INCOMPLETE, OUTCOME, collapsed
 from fp4bench.gate.power import PowerRow
 from fp4bench.gate.verdict import (KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, CompareResult, Policy, Status,
-                                   Verdict, other_unit)
+                                   Verdict)
 from fp4bench.textfit import common_parts, common_prefix, fit_table, wrap_line
 
 
@@ -167,14 +167,15 @@ def verdict_table(result: CompareResult) -> str:
     lines += wrap_line(f"what changed: {describe_changes(result.changes)}")
     p = result.policy
     rs = p.rule_settings()
+    drift = p.drift_note or next((q.drift_note for q in result.policies.values() if q.drift_note), "")
     lines += wrap_line(
         f"policy: floor {p.floor * 100:g}% (FAIL when shown by >= {rs.min_new_for_fail} new windows beyond "
         f"{math.expm1(rs.threshold) * 100:.2g}%, PASS when shown below; {rs.confidence:g} one-sided bounds on "
-        f"window medians{'; ' + p.drift_note if p.drift_note else ''}), "
+        f"window medians{'; ' + drift if drift else ''}), "
         f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
         f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}"
     )
-    if other_unit(result.baseline_fingerprint, result.current_fingerprint):
+    if result.less_sensitive():
         lines.append(OTHER_UNIT)
     lines += list(result.notes)
     lines.append("")

@@ -23,8 +23,11 @@ class Fp4Session:
     config: pytest.Config
     device: Any = None
     runner: Any = None
+    #: the lead baseline file (sweep, availability, what is expected) and its path
     baseline: Any = None
     baseline_path: Path | None = None
+    #: every baseline file of the run and which one judges each benchmark (``gate.choice``)
+    baselines: Any = None
     fingerprint: Any = None
     fingerprint_changes: list = field(default_factory=list)
     policy: Any = None
@@ -59,20 +62,33 @@ class Fp4Session:
     _result: Any = None  # the end-of-run comparison, made once
     #: whether the saved run is clean enough to become a baseline (``json_section``; None: not saved)
     clean: bool | None = None
+    #: the xdist controller of a run over several GPUs: it measures nothing and creates no CUDA
+    #: context; the workers' cases are merged into it (``fp4bench.merge``)
+    merged: bool = False
+    #: the merged run: its GPUs (UUIDs, in worker order) and how the workers measured
+    gpus: list[str] = field(default_factory=list)
+    measured_how: dict[str, Any] = field(default_factory=dict)
+    #: benchmark JSON entries made by the workers (pytest-benchmark's format), by fullname
+    entries: dict[str, dict] = field(default_factory=dict)
+    #: the test-only backends the workers' sweep selects (the controller loads no backend plugin)
+    test_only_found: dict[str, str] = field(default_factory=dict)
+    #: the fingerprint of each GPU that measured cases, by UUID (one in a single-process run)
+    unit_fingerprints: dict[str | None, Any] = field(default_factory=dict)
+    #: each measured case's results-table row, by fullname
+    row_of: dict[str, dict] = field(default_factory=dict)
 
     def setup(self) -> None:
-        """Lazy: only a session that collects fp4 cases touches torch.cuda and the baseline."""
-        if self.ready:
+        """Lazy: only a session that collects fp4 cases touches torch.cuda and the baseline. The
+        controller of a merged run never sets up: it measures nothing."""
+        if self.ready or self.merged:
             return
         import torch
 
         from fp4bench.backends import registry
         from fp4bench.case import CaseRunner
         from fp4bench.env import collect_fingerprint, parse_device
-        from fp4bench.gate.verdict import Policy
         from fp4bench.measure import peaks
         from fp4bench.measure.timing import TimingConfig
-        from fp4bench.options import policy_kwargs
 
         opt = self.config.getoption
         for mod in opt("fp4_plugin"):
@@ -82,6 +98,7 @@ class Fp4Session:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.fingerprint = collect_fingerprint(self.device)
+        self.unit_fingerprints[self.fingerprint.gpu_uuid] = self.fingerprint
         budget = opt("fp4_time_budget")
         if budget is None:
             budget = 1.0 if self.device.type == "cuda" else 0.3
@@ -94,18 +111,27 @@ class Fp4Session:
                                  min_copies=opt("fp4_min_copies"), peaks=gpu_peaks)
         if opt("fp4_isolate"):
             self.runner = _isolated_runner(self.config, self.runner, str(self.device))
-        self.policy = Policy(**policy_kwargs(lambda name: opt("fp4_" + name.replace("-", "_"))))
+        self.policy = self.gate_policy()
         self.ready = True  # only once all of it is set up: a failed setup fails again on the next call
+
+    def gate_policy(self):
+        """The gate's ``Policy`` from the ``--fp4-*`` gate options (before any unit adjustment)."""
+        from fp4bench.gate.verdict import Policy
+        from fp4bench.options import policy_kwargs
+
+        return Policy(**policy_kwargs(lambda name: self.config.getoption("fp4_" + name.replace("-", "_"))))
 
     def measurement(self) -> dict[str, Any]:
         """How this run takes its times, recorded in the saved ``sweep`` and checked against the
         baseline's: effective L2 state (a CPU run is always cache-hot), timer and copy rule."""
-        return self.runner.measurement()
+        return dict(self.measured_how) if self.merged else self.runner.measurement()
 
     def test_only(self) -> dict[str, str]:
         """The test-only backends this run's sweep selects (``{}`` for a real run)."""
         from fp4bench.backends.registry import test_only
 
+        if self.merged:
+            return dict(self.test_only_found)
         if self.sweep is None:
             return {}
         return test_only(self.sweep.backends)
@@ -129,29 +155,43 @@ class Fp4Session:
 
     # -- before the run: baseline and candidate file ----------------------------------------
     def activate_baseline(self, explicit: str | None) -> None:
-        """Resolve and validate the baseline before any test runs (wrong GPU = usage error)."""
+        """Resolve and validate the baseline files before any test runs (wrong GPU = usage error):
+        ``--fp4-baseline FILE`` alone; with ``--fp4-same-unit`` the one file ``select_baseline``
+        picks; else the GPU model's ``approved.json`` and the unit file of each GPU of the run
+        (``gate.store.select_baselines``; which file judges which benchmark: ``gate.choice``).
+        The controller of a merged run has no fingerprint of its own yet: each worker checks the
+        GPU model and how it measures against the files before its first case."""
         from fp4bench.gate.baseline import BaselineError, check_compatible, check_same_measurement, load_baseline
-        from fp4bench.gate.store import select_baseline
-        from fp4bench.gate.verdict import for_changes
+        from fp4bench.gate.choice import BaselineFile, Baselines
+        from fp4bench.gate.store import select_baseline, select_baselines
 
         self.setup()
+        opt = self.config.getoption
+        if self.policy is None:
+            self.policy = self.gate_policy()
         try:
-            path = Path(explicit) if explicit else select_baseline(self.config.getoption("fp4_baselines"),
-                                                                   self.fingerprint)
-            self.baseline = load_baseline(path)
-            self.fingerprint_changes = check_compatible(self.baseline.fingerprint, self.fingerprint)
-            check_same_measurement(self.baseline.sweep, self.measurement())
-            if self.config.getoption("fp4_same_unit"):
-                from fp4bench.gate.unit import require_same_unit
+            if explicit:
+                files = Baselines(BaselineFile(Path(explicit), load_baseline(explicit)))
+            elif opt("fp4_same_unit"):
+                path = select_baseline(opt("fp4_baselines"), self.fingerprint)
+                files = Baselines(BaselineFile(path, load_baseline(path)))
+            else:
+                files = select_baselines(opt("fp4_baselines"), self.fingerprint, self.gpus)
+            self.baselines, self.baseline, self.baseline_path = files, files.lead.baseline, files.lead.path
+            if not self.merged:
+                self.fingerprint_changes = check_compatible(self.baseline.fingerprint, self.fingerprint)
+                for f in files.files:
+                    check_compatible(f.baseline.fingerprint, self.fingerprint)
+                    check_same_measurement(f.baseline.sweep, self.measurement())
+                if opt("fp4_same_unit"):
+                    from fp4bench.gate.unit import require_same_unit
 
-                require_same_unit(self.baseline.fingerprint, self.fingerprint)
-            self.policy = for_changes(self.policy, self.fingerprint_changes, self.baseline.fingerprint,
-                                      self.fingerprint)
+                    require_same_unit(self.baseline.fingerprint, self.fingerprint)
         except BaselineError as exc:
             raise pytest.UsageError(f"fp4bench baseline: {exc}") from None
-        self.baseline_path = path
         compare = self.config.getoption("benchmark_compare", default=None)
-        if compare:
+        path = self.baseline_path
+        if compare and not self.merged and not hasattr(self.config, "workerinput"):  # off under xdist
             # pytest-benchmark's own compare (its table, --benchmark-compare-fail) reads the same
             # baseline; it reads only its own format, so a slim file is handed over as such a file
             if self.baseline.slim:
@@ -227,7 +267,8 @@ class Fp4Session:
         # fp4bench owns this fixture whatever the outcome (skip, failed check, --benchmark-disable):
         # without this pytest-benchmark warns "Benchmark fixture was not used at all" on those tests
         benchmark._mode = "fp4bench"
-        base = self.baseline.benchmarks.get(fullname) if self.baseline is not None else None
+        judging = self.baselines.judging(fullname, self.fingerprint, self.policy) if self.baselines else None
+        base = judging.record if judging is not None else None
         backend = get_backend(spec.backend)
         key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
         jit = self._jit_reason(spec.backend)
@@ -236,8 +277,7 @@ class Fp4Session:
             res = None
         else:
             try:  # the backend's own prepare()/run() raising fails this case in one line; the sweep goes on
-                res = self.runner.run(backend, spec.problem, spec.tactic,
-                                      measure=not getattr(benchmark, "disabled", False))
+                res = self.runner.run(backend, spec.problem, spec.tactic, measure=self._timed(benchmark))
             except Exception as exc:
                 from fp4bench.backends._errors import one_line
 
@@ -253,7 +293,7 @@ class Fp4Session:
             skip(spec, reason, request.node)
         if res_status == UNSUPPORTED:
             self.availability[key] = availability_value(False, reason)
-            was = self.baseline.availability.get(key) if self.baseline is not None else None
+            was = judging.file.baseline.availability.get(key) if judging is not None else None
             if was is not None and is_ok(was):
                 fail(request.node, f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: "
                      f"{reason}", f"LOST TACTIC {spec.tactic.label}")
@@ -263,6 +303,7 @@ class Fp4Session:
         if spec.note:
             res.extra_info["problem_note"] = spec.note
         res.extra_info["tactic_sweep"] = spec.tactic_sweep  # what --fp4-tactics default narrows by
+        res.extra_info["gpu_uuid"] = self.fingerprint.gpu_uuid  # the unit that measured it (None: a CPU)
         benchmark.extra_info.update(res.extra_info)
         benchmark.group = f"{spec.problem.kind} {spec.problem.origin.model} {spec.problem.origin.role}"
         if res_status == FAILED:
@@ -277,12 +318,24 @@ class Fp4Session:
             fail(request.node, f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {exc}", "broken timer")
         record_in_benchmark(benchmark, res.timing)
         self.rows.append(result_row(spec, res))
+        self.row_of[fullname] = self.rows[-1]
         self.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))
         self.windows[fullname] = [list(res.timing.samples_s)]
         self.cases[fullname] = (backend, spec)
-        if self.baseline is not None:
-            self._gate(request.node, benchmark, spec, backend, base, fullname, res)
+        if judging is not None:
+            self._gate(request.node, benchmark, spec, backend, base, fullname, res, judging.policy)
         return res
+
+    def _timed(self, benchmark) -> bool:
+        """Whether this run times its cases: not with ``--benchmark-disable``. pytest-benchmark
+        also switches itself off in a pytest-xdist worker (pytest-benchmark, session.py,
+        ``BenchmarkSession.__init__``: ``xdist_warning`` sets ``disabled``); fp4bench times its
+        cases itself, so a worker times them anyway and the controller writes the results file
+        (``fp4bench.merge``)."""
+        if hasattr(self.config, "workerinput"):
+            opt = self.config.getoption
+            return not (opt("benchmark_disable", default=False) and not opt("benchmark_enable", default=False))
+        return not getattr(benchmark, "disabled", False)
 
     def _jit_reason(self, backend: str) -> str:
         """Skip (naming ``fp4bench prepare``) rather than JIT-compile FlashInfer for minutes in a test."""
@@ -294,7 +347,7 @@ class Fp4Session:
 
         return unbuilt_reason(backend, tuple(torch.cuda.get_device_capability(self.device)))
 
-    def _gate(self, node, benchmark, spec, backend, base, fullname: str, res) -> None:
+    def _gate(self, node, benchmark, spec, backend, base, fullname: str, res, policy) -> None:
         """Judge the case now on its windows; while the rule wants more (``Verdict.wants_more``)
         and the per-case and session budgets allow, take another independent window: fresh
         memory, operands, prepared layouts and graph capture (``windows.take_window``), as asv and Pinpoint re-run
@@ -311,7 +364,7 @@ class Fp4Session:
         ws = self.windows[fullname]
         while True:
             budget_left = len(ws) < max_windows and self.window_seconds < opt("fp4_window_budget")
-            v = judge(fullname, base, ws, res.extra_info, self.policy, budget_left=budget_left)
+            v = judge(fullname, base, ws, res.extra_info, policy, budget_left=budget_left)
             if not v.wants_more:
                 break
             t0 = time.monotonic()
@@ -324,7 +377,7 @@ class Fp4Session:
             ws.append(window)
         self.judged[fullname] = len(ws)
         benchmark.extra_info["verdict"] = str(v.status)
-        if is_failure(v, self.policy):
+        if is_failure(v, policy):
             hint = " (--fp4-allow-ambiguous to accept)" if v.undecided else ""
             fail(node, verdict_message(v) + hint, verdict_headline(v))
 
@@ -347,13 +400,31 @@ class Fp4Session:
                           not_reached=tuple(not_run(self.config)), skipped_now=dict(self.skipped))
             current = {name: (self.windows[name][:self.judged.get(name, len(self.windows[name]))], extra)
                        for name, (_, extra) in self.measured.items()}
-            self._result = compare(self.baseline, current, self.availability, self.policy, self.fingerprint,
-                                   current_sweep=self.measurement(), scope=scope)
+            if self.baselines is None or (not self.baselines.units and not self.merged):
+                self._result = compare(self.baseline, current, self.availability, self.policy, self.fingerprint,
+                                       current_sweep=self.measurement(), scope=scope)
+            else:  # each benchmark against the file of the GPU it ran on, as its test judged it
+                base, policies, notes = self.baselines.merged(self.ran_on(), self.policy)
+                self._result = compare(base, current, self.availability, self.policy, self.fingerprint,
+                                       current_sweep=self.measurement(), scope=scope, policies=policies)
+                self._result.notes[:0] = notes
         return self._result
+
+    def ran_on(self) -> dict[str, Any]:
+        """Each measured benchmark's GPU, as the fingerprint its test was judged with."""
+        import dataclasses
+
+        out = {}
+        for name, (_, extra) in self.measured.items():
+            uuid = extra.get("gpu_uuid", self.fingerprint.gpu_uuid)
+            fp = self.unit_fingerprints.get(uuid)
+            out[name] = fp if fp is not None else dataclasses.replace(self.fingerprint, gpu_uuid=uuid)
+        return out
 
     def check_health(self) -> None:
         """Once per session, on CUDA: ``health`` = '' (healthy) or what broke."""
-        if self.health is None and self.ready and self.device is not None and self.device.type == "cuda":
+        if self.health is None and self.ready and not self.merged and self.device is not None \
+                and self.device.type == "cuda":
             from fp4bench.measure.health import context_health
 
             self.health = context_health(self.device)

@@ -7,10 +7,10 @@ regressed run silently becomes the next baseline; fp4bench does neither::
     baselines/<gpu_slug>/units/<GPU UUID>.json         the same, recorded on that very GPU unit
     baselines/<gpu_slug>/candidates/<UTC time>.json    runs waiting for review (pytest-benchmark JSON)
 
-A run prefers the baseline of its own unit (``select_baseline``): another unit of the model
-offsets single benchmarks by more than a unit's own window-to-window spread, so a model-level
-baseline from another unit is a less sensitive fallback. ``approve`` writes both files when the
-run recorded its GPU UUID.
+A benchmark is judged by the baseline of its own unit when that unit's file holds it
+(``select_baselines``, ``gate.choice``): another unit of the model offsets single benchmarks by
+more than a unit's own window-to-window spread, so a model-level baseline from another unit is a
+less sensitive fallback. ``approve`` writes both files when the run recorded its GPU UUID.
 
 A run spread over several GPUs records, per benchmark, the UUID of the GPU that measured it
 (``extra_info.gpu_uuid``). ``approve`` then writes one unit file per UUID holding exactly that
@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterable
 
 from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import (SECTION, Baseline, BaselineError, IncompatibleBaseline, check_same_measurement,
@@ -221,6 +222,27 @@ def select_baseline(root: str | os.PathLike[str], fingerprint: Fingerprint) -> P
         f"GPU models with an approved baseline under {root}: {listing}. "
         "Run the benchmarks to write a candidate, review it, then approve it."
     )
+
+
+def select_baselines(root: str | os.PathLike[str], fingerprint: Fingerprint, uuids: Iterable[str | None] = ()):
+    """The run's baseline files (``gate.choice.Baselines``): the GPU model's ``approved.json``
+    leads, and each GPU of ``uuids`` (and ``fingerprint.gpu_uuid``) with a unit file judges the
+    benchmarks that ran on it. Without ``approved.json`` the first unit file leads; with neither,
+    ``BaselineError`` as ``select_baseline``."""
+    from fp4bench.gate.choice import BaselineFile, Baselines
+
+    units: dict[str, BaselineFile] = {}
+    for uuid in [*uuids, fingerprint.gpu_uuid]:  # the run's GPUs in order: every process picks one lead
+        if uuid and uuid not in units and _UUID.fullmatch(uuid):
+            p = unit_path(root, fingerprint.gpu_slug, uuid)
+            if p.is_file():
+                units[uuid] = BaselineFile(p, load_baseline(p), unit=uuid)
+    model = approved_path(root, fingerprint.gpu_slug)
+    if model.is_file():
+        return Baselines(BaselineFile(model, load_baseline(model)), units)
+    if units:
+        return Baselines(next(iter(units.values())), units)
+    return Baselines(BaselineFile(model, load_baseline(select_baseline(root, fingerprint))), units)
 
 
 def approve(

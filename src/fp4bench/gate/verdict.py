@@ -469,6 +469,16 @@ class CompareResult:
     coverage: Coverage | None = None
     #: lines for the report header: what makes this comparison less sensitive
     notes: list[str] = field(default_factory=list)
+    #: each measured benchmark's own policy, when benchmarks were judged against different
+    #: baseline files (``gate.choice``); empty: ``policy`` judged them all
+    policies: Mapping[str, Policy] = field(default_factory=dict)
+
+    def less_sensitive(self) -> bool:
+        """Every judged benchmark carries the unit-to-unit offset (its baseline is from another or
+        an unknown GPU unit)."""
+        if not self.policies:
+            return other_unit(self.baseline_fingerprint, self.current_fingerprint)
+        return all(p.unit_sigma > 0 for p in self.policies.values())
 
     def by_status(self, status: Status) -> list[Verdict]:
         return [v for v in self.verdicts if v.status is status]
@@ -575,12 +585,17 @@ def compare(
     current_fingerprint: Fingerprint | None = None,
     current_sweep: Mapping[str, Any] | None = None,
     scope: Scope = Scope(),
+    policies: Mapping[str, Policy] | None = None,
 ) -> CompareResult:
     """Judge every benchmark of ``current`` (``{fullname: (windows or samples_s, extra_info)}``)
     against ``baseline``, each on its own windows with no further window possible (an undecided
     benchmark is AMBIGUOUS); plus availability regressions.
     ``scope`` says what the run selected and reached: the baseline's benchmarks outside it are
     not expected, those it never reached are not judged; both are counted in ``coverage``.
+
+    ``policies`` gives a benchmark its own policy (its record came from the baseline file of the
+    GPU it ran on, ``gate.choice``); ``policy`` then judges the rest as given, without the
+    fingerprint's unit adjustment (each of ``policies`` has its own).
 
     Raises ``IncompatibleBaseline`` when ``current_fingerprint`` is a different GPU model, or
     ``current_sweep`` was timed another way (L2 mode, timer, copy rule) than the baseline; a
@@ -591,7 +606,9 @@ def compare(
         check_same_measurement(baseline.sweep, dict(current_sweep))
     if current_fingerprint is not None:
         changes = check_compatible(baseline.fingerprint, current_fingerprint)
-        policy = for_changes(policy, changes, baseline.fingerprint, current_fingerprint)
+        if not policies:
+            policy = for_changes(policy, changes, baseline.fingerprint, current_fingerprint)
+    own = dict(policies or {})
     full = baseline
     expected, not_selected = narrow(full.benchmarks, scope.excluded, None if scope.selected is None else
                                     (lambda n: scope.selected(full.benchmarks[n].extra_info)))
@@ -610,8 +627,9 @@ def compare(
             )
             continue
         samples, extra = current[name]
-        verdicts[name] = _decide(name, _assess(name, rec, samples, rec.extra_info, policy), rec.extra_info,
-                                 dict(extra or {}), policy)
+        p = own.get(name, policy)
+        verdicts[name] = _decide(name, _assess(name, rec, samples, rec.extra_info, p), rec.extra_info,
+                                 dict(extra or {}), p)
     for name, (samples, extra) in current.items():
         if name not in baseline.benchmarks:
             verdicts[name] = _new_verdict(name, samples, dict(extra or {}))
@@ -633,7 +651,7 @@ def compare(
     if baseline.min_windows == 1:
         notes.append("baseline has 1 window: less sensitive, re-record it (--fp4-save-baseline takes "
                      "--fp4-windows 3 independent windows)")
-    return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint, coverage, notes)
+    return CompareResult(ordered, policy, changes, baseline.fingerprint, current_fingerprint, coverage, notes, own)
 
 
 def availability_verdicts(before: Mapping[str, str], now: Mapping[str, str]) -> list[Verdict]:

@@ -105,12 +105,3 @@ def visible_gpus() -> list[Gpu]:
 def pin_env(gpu: Gpu) -> dict[str, str]:
     """The environment that pins a new process to ``gpu`` (set before its CUDA initializes)."""
     return {"CUDA_VISIBLE_DEVICES": gpu.uuid}
-
-
-def nvml_index(uuid: str) -> int | None:
-    """NVML's index of the GPU ``uuid`` (None: not found). NVML numbers every GPU of the host and
-    ignores ``CUDA_VISIBLE_DEVICES``, so a worker pinned to one GPU, which CUDA calls ``cuda:0``,
-    finds that GPU's NVML index by its UUID."""
-    fake = _fake()
-    found = fake if fake is not None else _nvml()
-    return next((i for i, (u, _) in enumerate(found) if u == uuid), None)

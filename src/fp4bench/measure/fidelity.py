@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fp4bench.measure.kernels import device_time_per_group, kernel_names
-from fp4bench.measure.telemetry import TelemetrySampler
+from fp4bench.measure.telemetry import for_device
 from fp4bench.measure.timing import TimingConfig, time_gpu
 
 Fn = Callable[[], Any]
@@ -90,7 +90,7 @@ def interleaved(fn: Fn, seconds: float, dev: torch.device, n: int) -> tuple[floa
     with torch.cuda.stream(stream):
         graph.replay()
         torch.cuda.synchronize(dev)
-        with TelemetrySampler(dev.index or 0) as tel, profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with for_device(dev) as tel, profile(activities=[ProfilerActivity.CUDA]) as prof:
             t_end = time.perf_counter() + seconds
             while time.perf_counter() < t_end and pairs < max(8, 3200 // n):
                 graph.replay()

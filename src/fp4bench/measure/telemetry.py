@@ -362,30 +362,34 @@ class TelemetrySampler:
 
     ::
 
-        with TelemetrySampler(0) as tel:
+        with for_device(device) as tel:
             run_timed_loop()
         extra_info.update(tel.result.to_extra_info(n_calls))
 
+    ``gpu`` is the GPU's NVML UUID (``"GPU-…"``, what :func:`for_device` gives), or an NVML
+    device index, which is CUDA's index only when ``CUDA_VISIBLE_DEVICES`` is unset.
     ``nvml`` injects a pynvml-like object (tests, or a caller that manages NVML itself; it must
     already be initialized); by default the process-wide :func:`load_nvml` module is used.
     """
 
     def __init__(
         self,
-        device_index: int = 0,
+        gpu: int | str = 0,
         period_s: float = 0.005,
         *,
         nvml: Any | None = None,
         min_energy_window_s: float = 1.0,
         start_timeout_s: float = 5.0,
     ) -> None:
-        if isinstance(device_index, bool) or not isinstance(device_index, int) or device_index < 0:
-            raise ValueError(f"device_index must be an int >= 0, got {device_index!r}")
+        if isinstance(gpu, str) and not gpu.startswith(("GPU-", "MIG-")):
+            raise ValueError(f"gpu must be an NVML UUID (GPU-…, MIG-…) or an NVML index >= 0, got {gpu!r}")
+        if not isinstance(gpu, str) and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
+            raise ValueError(f"gpu must be an NVML UUID (GPU-…, MIG-…) or an NVML index >= 0, got {gpu!r}")
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0 seconds, got {period_s!r}")
         if not min_energy_window_s >= 0:
             raise ValueError(f"min_energy_window_s must be >= 0 seconds, got {min_energy_window_s!r}")
-        self.device_index = device_index
+        self.gpu = gpu
         self.period_s = float(period_s)
         self.min_energy_window_s = float(min_energy_window_s)
         self.start_timeout_s = float(start_timeout_s)
@@ -420,9 +424,10 @@ class TelemetrySampler:
             if lib is None:
                 self._error = reason
             else:
-                handle = _guard(lib.nvmlDeviceGetHandleByIndex, self.device_index)
+                by = lib.nvmlDeviceGetHandleByUUID if isinstance(self.gpu, str) else lib.nvmlDeviceGetHandleByIndex
+                handle = _guard(by, self.gpu)
                 if handle is None:
-                    self._error = f"NVML has no device {self.device_index}"
+                    self._error = f"NVML has no device {self.gpu}"
                 else:
                     dev = _Device(lib, handle)
                     self._energy0 = dev.energy_mj()
@@ -475,6 +480,27 @@ class TelemetrySampler:
             min_energy_window_s=self.min_energy_window_s,
             error=error,
         )
+
+
+def for_device(device: Any, **kw: Any) -> TelemetrySampler:
+    """The sampler of torch's CUDA ``device``, opened by the GPU's UUID: under
+    ``CUDA_VISIBLE_DEVICES`` torch's index is not NVML's (a worker pinned to its GPU sees it as
+    ``cuda:0``, whatever NVML's index of it). The UUID comes from torch's device properties, else
+    from ``CUDA_VISIBLE_DEVICES`` read as CUDA reads it (``gpus.devices``); ``kw`` go to
+    :class:`TelemetrySampler`."""
+    from fp4bench.env import device_uuid
+
+    index = getattr(device, "index", None) or 0
+    uuid = device_uuid(device)
+    if uuid is None:
+        from fp4bench.gpus.devices import GpuListError, visible_gpus
+
+        try:
+            seen = visible_gpus()
+        except GpuListError:
+            seen = []
+        uuid = seen[index].uuid if index < len(seen) else None
+    return TelemetrySampler(uuid if uuid is not None else index, **kw)
 
 
 # --- once-per-run facts -----------------------------------------------------------------------

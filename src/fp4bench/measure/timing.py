@@ -352,10 +352,10 @@ def energy(unit: Replay, window_s: float, device: torch.device) -> dict[str, Any
     """Replay ``unit`` back-to-back for ``window_s`` under the NVML sampler: energy-counter delta
     per call (``energy_*`` keys). A separate pass, so that NVML reads never sit inside the timed
     samples."""
-    from fp4bench.measure.telemetry import TelemetrySampler
+    from fp4bench.measure.telemetry import for_device
 
     replays = 0
-    with TelemetrySampler(device.index or 0, min_energy_window_s=min(1.0, window_s)) as tel:
+    with for_device(device, min_energy_window_s=min(1.0, window_s)) as tel:
         t_end = time.perf_counter() + window_s
         while time.perf_counter() < t_end:
             for _ in range(8):

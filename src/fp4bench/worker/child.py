@@ -45,7 +45,6 @@ class Child:
         # clocks to report); ``nvml`` injects a pynvml-like object (tests)
         self.telemetry = self.device.type == "cuda"
         self.nvml: Any = None
-        self._nvml_index: int | None = None
 
     # -- requests -------------------------------------------------------------------------
     def _case(self, case: dict[str, Any]):
@@ -151,23 +150,11 @@ class Child:
         no-op where there is no telemetry to take."""
         import contextlib
 
-        from fp4bench.measure.telemetry import TelemetrySampler
+        from fp4bench.measure.telemetry import for_device
 
         if not self.telemetry:
             return contextlib.nullcontext(None)
-        return TelemetrySampler(self.nvml_index(), nvml=self.nvml)
-
-    def nvml_index(self) -> int:
-        """The NVML index of this process's GPU: found by the GPU's UUID, since NVML numbers the
-        host's GPUs whatever ``CUDA_VISIBLE_DEVICES`` says (a worker pinned to the host's GPU 3 by
-        UUID sees it as ``cuda:0``); torch's index where the UUID is unknown or NVML is injected."""
-        if self._nvml_index is None:
-            from fp4bench.gpus.devices import nvml_index
-
-            uuid = self.fingerprint.gpu_uuid
-            found = nvml_index(uuid) if uuid and self.nvml is None else None
-            self._nvml_index = found if found is not None else (self.device.index or 0)
-        return self._nvml_index
+        return for_device(self.device, nvml=self.nvml)
 
     def cases(self, req: dict[str, Any]) -> dict[str, Any]:
         """The sweep as this environment lists it (its libraries decide the tactics)."""

@@ -1,0 +1,112 @@
+"""Which baseline file judges each benchmark of a run, and with which policy.
+
+A run that picks its baseline itself (``--benchmark-compare``) reads the GPU model's folder
+``baselines/<gpu>/``: the model file ``approved.json`` and the unit file ``units/<UUID>.json`` of
+each GPU the run measures on (``gate.store.select_baselines``). A benchmark is judged against the
+unit file of the GPU it ran on when that file holds it: the baseline of that very unit, at full
+sensitivity. Otherwise it is judged against the *lead* file (the model file; the unit file when
+the model has none), and ``verdict.for_changes`` adds the unit-to-unit offset to the error term
+when that file is from another or an unknown unit. An explicit ``--fp4-baseline FILE`` is the
+only file.
+
+The test that measures a benchmark (the only process, or an xdist worker) and the run's final
+table (the same process, or the xdist controller) both ask ``Baselines.judging`` with the
+benchmark's name and the fingerprint of the GPU it ran on: one function, so the in-test verdict
+and the table judge the same windows against the same record with the same policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from fp4bench.env import Fingerprint
+from fp4bench.gate.baseline import Baseline, BenchmarkRecord, check_compatible
+from fp4bench.gate.verdict import Policy, for_changes
+
+
+@dataclass(frozen=True)
+class BaselineFile:
+    """One baseline file of the run; ``unit``: the GPU UUID of a ``units/<UUID>.json`` file."""
+
+    path: Path
+    baseline: Baseline
+    unit: str | None = None
+
+    def label(self) -> str:
+        return f"units/{self.path.name}" if self.unit else self.path.name
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What judges one benchmark: its baseline record (None: NEW), policy and file."""
+
+    record: BenchmarkRecord | None
+    policy: Policy
+    file: BaselineFile
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """The run's baseline files: ``lead`` (sweep, availability, what is expected) and the unit
+    files by GPU UUID."""
+
+    lead: BaselineFile
+    units: Mapping[str, BaselineFile] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[BaselineFile]:
+        return [self.lead] + [f for f in self.units.values() if f.path != self.lead.path]
+
+    def file_for(self, name: str, gpu_uuid: str | None) -> BaselineFile:
+        unit = self.units.get(gpu_uuid) if gpu_uuid else None
+        return unit if unit is not None and name in unit.baseline.benchmarks else self.lead
+
+    def judging(self, name: str, current: Fingerprint, policy: Policy) -> Judging:
+        """The record and policy that judge benchmark ``name`` measured on ``current``'s GPU.
+        Raises ``IncompatibleBaseline`` when the file is of another GPU model."""
+        f = self.file_for(name, current.gpu_uuid)
+        base = f.baseline.fingerprint
+        return Judging(f.baseline.benchmarks.get(name),
+                       for_changes(policy, check_compatible(base, current), base, current), f)
+
+    def merged(self, ran_on: Mapping[str, Fingerprint], policy: Policy) -> tuple[Baseline, dict[str, Policy],
+                                                                                  list[str]]:
+        """What the run is judged against as a whole: one ``Baseline`` holding each benchmark's
+        record (the measured ones as ``judging`` chooses them, the others from the lead file or,
+        when only a unit file of the run has them, from it), the policy of each measured
+        benchmark, and one header line per file used (``count`` benchmarks vs file)."""
+        records = dict(self.lead.baseline.benchmarks)
+        availability = dict(self.lead.baseline.availability)
+        for f in self.units.values():
+            for name, rec in f.baseline.benchmarks.items():
+                records.setdefault(name, rec)
+            availability.update(f.baseline.availability)
+        policies: dict[str, Policy] = {}
+        used: dict[Path, int] = {}
+        for name, fp in ran_on.items():
+            j = self.judging(name, fp, policy)
+            if j.record is not None:
+                records[name] = j.record
+                used[j.file.path] = used.get(j.file.path, 0) + 1
+            policies[name] = j.policy
+        base = dataclasses.replace(self.lead.baseline, benchmarks=records, availability=availability)
+        return base, policies, self.describe(used, ran_on)
+
+    def describe(self, used: Mapping[Path, int], ran_on: Mapping[str, Fingerprint]) -> list[str]:
+        """``baselines: 12 benchmarks vs units/GPU-….json (that unit), 3 vs approved.json (...)``."""
+        uuids = {fp.gpu_uuid for fp in ran_on.values()}
+        if not used or (len(used) == 1 and not self.units and len(uuids) < 2):
+            return []
+        parts = []
+        for f in self.files:
+            n = used.get(f.path, 0)
+            if not n:
+                continue
+            own = f.baseline.fingerprint.gpu_uuid
+            why = "that unit" if f.unit else (
+                "that unit" if own is not None and uuids == {own} else "another or unknown unit: less sensitive")
+            parts.append(f"{n} vs {f.label()} ({why})")
+        return [f"baselines: {'; '.join(parts)}"]
