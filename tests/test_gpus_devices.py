@@ -68,4 +68,4 @@ def test_a_pinned_worker_polls_nvml_for_its_own_gpu(four, monkeypatch):
     child = Child({"device": "cpu", "seed": 0})
     child.fingerprint = dataclasses.replace(child.fingerprint, gpu_uuid="GPU-cc33")
     child.telemetry = True
-    assert child._sampler().device_index == 2
+    assert child._sampler().gpu == "GPU-cc33"

@@ -59,8 +59,13 @@ def test_bench_on_two_gpus_gives_one_merged_verdict(tmp_path):
     own = sorted(n for n, u in first.items() if u == A)[0]
     unit = {**approved, "fingerprint": {**approved["fingerprint"], "gpu_uuid": A},
             "benchmarks": {own: approved["benchmarks"][own]}}
-    (tmp_path / "baselines" / "fake-gpu" / "units").mkdir()
-    (tmp_path / "baselines" / "fake-gpu" / "units" / f"{A}.json").write_text(json.dumps(unit))
+    units = tmp_path / "baselines" / "fake-gpu" / "units"
+    # approve wrote each unit's own share of the two-GPU candidate
+    for uuid in (A, B):
+        share = json.loads((units / f"{uuid}.json").read_text())["benchmarks"]
+        assert sorted(share) == sorted(n for n, u in first.items() if u == uuid)
+    (units / f"{B}.json").unlink()  # B's benchmarks fall back to approved.json, A's own file holds one
+    (units / f"{A}.json").write_text(json.dumps(unit))
 
     res = bench(tmp_path, "-n", "auto", "--benchmark-compare", "--benchmark-json", "r.json",
                 "--fp4-verdict-json", "v.json", "--fp4-csv", "r.csv", "--fp4-log", "r.lines.jsonl")
