@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
+from fp4bench.gpus.partition import partition
+
 SKIPPED_COST = 0.01
 _GIB = float(2 ** 30)
 
@@ -41,16 +43,11 @@ def case_cost(spec: Any) -> float:
 
 
 def place(costs: Mapping[Hashable, float], slots: int) -> dict[Hashable, int]:
-    """Family -> GPU slot (0 … ``slots``-1) by LPT; deterministic (see the module docstring)."""
+    """Family -> GPU slot (0 … ``slots``-1) by LPT (``gpus.partition``, the rule ``fp4bench ab
+    --gpus`` spreads its families by); deterministic (see the module docstring)."""
     if slots < 1:
         raise ValueError(f"families need at least one GPU to be placed on, got {slots}")
-    load = [0.0] * slots
-    out: dict[Hashable, int] = {}
-    for fam in sorted(costs, key=lambda f: (-costs[f], repr(f))):
-        slot = min(range(slots), key=lambda s: (load[s], s))
-        out[fam] = slot
-        load[slot] += costs[fam]
-    return out
+    return {fam: slot for slot, fams in enumerate(partition(costs, slots)) for fam in fams}
 
 
 def share(cases: Iterable[tuple[str, Any]], slots: int) -> list[int]:
