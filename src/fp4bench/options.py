@@ -178,28 +178,26 @@ def seed(text: str) -> int:
     return v
 
 
-def copy_count(text: str) -> int:
-    """A number of rotating operand copies, 1..``MAX_COPIES`` (``measure.copies``)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of copies, got {text!r}") from None
-    if not 1 <= v <= MAX_COPIES:
-        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_COPIES}, got {v}")
-    return v
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``."""
+def int_in(lo: int, hi: int | None = None, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: an integer in ``lo..hi`` (no upper bound when ``hi`` is None)."""
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if hi is None else f"must be in {lo}..{hi}, got {v}")
         return v
     return parse
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+    return int_in(minimum)
+
+
+#: a number of rotating operand copies, 1..``MAX_COPIES`` (``measure.copies``)
+copy_count = int_in(1, MAX_COPIES, "a whole number of copies")
 
 
 def env_pair(text: str) -> tuple[str, str]:
