@@ -154,6 +154,27 @@ def test_replicates_alternate_and_every_process_is_timed_every_round(slow_b):
     assert any("prepared + checked" in line for line in lines)
 
 
+def test_replays_per_round_fit_the_round_time_between_3_and_the_cap():
+    from fp4bench.ab.run import replays_per_round
+
+    cfg = _cfg(round_samples=10, round_s=0.25)
+    assert replays_per_round({"samples_s": [1e-6, 1e-6, 1e-6], "calls_per_sample": 256}, cfg) == 10
+    assert replays_per_round({"samples_s": [0.04, 0.05, 0.06], "calls_per_sample": 1}, cfg) == 5
+    assert replays_per_round({"samples_s": [0.176] * 3, "calls_per_sample": 1}, cfg) == 3  # never below 3
+    assert replays_per_round({"samples_s": [0.02] * 3, "calls_per_sample": 4}, cfg) == 3  # 80 ms replays
+    assert replays_per_round({"samples_s": [], "calls_per_sample": 1}, cfg) == 10  # nothing to size on
+    with pytest.raises(ValueError, match="round_s: must be > 0 seconds, got 0"):
+        _cfg(round_s=0)
+
+
+def test_every_round_of_a_benchmark_has_the_same_replay_count(slow_b):
+    run, _ = slow_b
+    js = to_json(run, judge(run, Policy(floor=0.2)))
+    for p, row in zip(run.pairs, js["benchmarks"]):
+        assert p.round_samples == 4 and row["round_samples"] == 4 and row["wall_s"] > 0
+        assert all(len(x.samples) == 4 * len(x.rounds) for x in p.parts)
+
+
 def test_a_slower_b_fails_with_its_interval_and_per_process_offsets(slow_b):
     run, _ = slow_b
     result = judge(run, Policy(floor=0.2))

@@ -175,20 +175,36 @@ def test_time_cpu_call_accounting_and_rotation():
     assert r.rotating_copies == 3 and r.calls_per_sample == 6 and len(r.samples_s) == 4
 
 
-def test_time_cpu_auto_calls_cover_every_rotating_copy():
-    """A slow call (2 ms > target_sample_s) with 3 copies: each sample still runs all three."""
-    counts = [0, 0, 0]
+def test_time_cpu_slow_calls_continue_the_rotation_across_samples():
+    """A slow call (2 ms > target_sample_s) with 3 copies: one call per sample, and sample k
+    works on the copy after sample k-1's, never again on the one it just used."""
+    order = []
 
     def make(i):
         def fn():
-            counts[i] += 1
+            order.append(i)
             time.sleep(2e-3)
         return fn
 
-    r = time_cpu([make(i) for i in range(3)], TimingConfig(mode="cpu", warmup_calls=0, min_samples=3,
-                                                            max_samples=3, target_rel_ci=None))
-    assert r.calls_per_sample == 3
-    assert counts == [1 + 3, 3, 3]
+    r = time_cpu([make(i) for i in range(3)], TimingConfig(mode="cpu", warmup_calls=0, min_samples=5,
+                                                            max_samples=5, target_rel_ci=None))
+    assert r.calls_per_sample == 1 and len(r.samples_s) == 5
+    assert order == [0, 1, 2, 0, 1, 2]  # the sizing call on copy 0, then the samples in turn
+
+
+def test_rotation_and_the_calls_floor():
+    """A captured graph restarts its sequence each replay, so it needs a call per copy; a
+    continuing rotation does not."""
+    from fp4bench.measure.timing import Rotation, _calls_for
+
+    cfg = TimingConfig()
+    assert _calls_for(0.1, cfg, copies=4) == 4
+    assert _calls_for(0.1, cfg, copies=4, continuous=True) == 1
+    assert _calls_for(1e-6, cfg, copies=4, continuous=True) == cfg.max_calls_per_sample
+    seen = []
+    rot = Rotation([lambda i=i: seen.append(i) for i in range(4)], 3)
+    rot(), rot(), rot()
+    assert seen == [0, 1, 2, 3, 0, 1, 2, 3, 0]
 
 
 def test_time_cpu_needs_a_callable():

@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "process's first in fresh device memory, ~0.3-0.7 s more a round and process "
                          "(default %(default)s)")
     ap.add_argument("--round-samples", type=at_least(3), default=d.round_samples,
-                    help="samples per process and round (default %(default)d)")
+                    help="samples per process and round, at most: a benchmark whose replay is longer than "
+                         f"{d.round_s:g} s / this takes fewer, at least 3, the same on both sides "
+                         "(default %(default)d)")
     ap.add_argument("--time-budget", type=positive_seconds, default=d.time_budget_s,
                     help="seconds for the whole run: rounds/processes are added to undecided benchmarks only "
                          "while the run fits in it (default %(default)g)")

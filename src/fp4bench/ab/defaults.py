@@ -11,7 +11,11 @@ from dataclasses import dataclass
 class AbDefaults:
     replicates: int = 3  # worker processes per side
     rounds: int = 6  # rounds every benchmark gets
-    round_samples: int = 10  # replays per process and round
+    round_samples: int = 10  # replays per process and round (at most: see round_s)
+    #: seconds of replays one process's round may take: a benchmark whose replay is longer than
+    #: round_s / round_samples (the eager emulation rows, 0.1 s a call at b512) takes fewer
+    #: replays per round, at least 3, the same number on both sides (``ab.run.replays_per_round``)
+    round_s: float = 0.25
     max_rounds: int = 16  # rounds an undecided benchmark may grow to
     #: process pairs an undecided benchmark may add, one at a time, when its processes disagree
     #: more than their rounds scatter: up to 7 processes a side, what the simulation test

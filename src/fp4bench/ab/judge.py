@@ -366,6 +366,8 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
             "turns": [list(t) for t in p.turns] or None if p else None,
             "memory_bytes": p.memory if p else None, "resident_capacity": p.capacity if p else None,
             # rotating operand copies (placements) of each side's captures (measure.copies)
+            "round_samples": p.round_samples if p else None, "wall_s": p.wall_s if p else None,
+            "check_s": {"A": p.a.check_s, "B": p.b.check_s} if p else None,
             "a_copies": p.a.extra_info.get("rotating_copies") if p else None,
             "b_copies": p.b.extra_info.get("rotating_copies") if p else None,
             "between_var": e.between_var if e else None, "within_var_of_mean": e.within_var_of_mean if e else None,

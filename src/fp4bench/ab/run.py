@@ -61,6 +61,8 @@ class AbConfig:
     #: rounds every benchmark gets; more are added while the rule says MORE (up to ``max_rounds``)
     rounds: int = DEFAULTS.rounds
     round_samples: int = DEFAULTS.round_samples
+    #: seconds of replays a process's round may take (``replays_per_round``)
+    round_s: float = DEFAULTS.round_s
     max_rounds: int = DEFAULTS.max_rounds
     #: rounds added at a time while undecided
     more_rounds: int = 4
@@ -105,6 +107,8 @@ class AbConfig:
             raise ValueError(f"--placement: expected round or process, got {self.placement!r}")
         if self.max_resident is not None and self.max_resident < 2:
             raise ValueError(f"--max-resident: need at least 2 (one process of each side), got {self.max_resident}")
+        if not self.round_s > 0:
+            raise ValueError(f"round_s: must be > 0 seconds, got {self.round_s!r}")
         for name in ("time_budget_s", "benchmark_budget_s", "timeout_s"):
             v = getattr(self, name)
             if not (v == v and v >= 0) or (name == "timeout_s" and not v > 0):
@@ -187,6 +191,10 @@ class Paired:
     memory: dict[str, int] | None = None
     #: processes that may hold this benchmark at once (``schedule.resident_capacity``); None: no limit
     capacity: int | None = None
+    #: replays per process and round (``replays_per_round``), the same in every round and process
+    round_samples: int | None = None
+    #: seconds this benchmark took, checks, captures, rounds and releases included
+    wall_s: float = 0.0
 
 
 @dataclass
@@ -272,6 +280,17 @@ def round_median(samples: list[float]) -> float:
     return float(statistics.median(samples))
 
 
+def replays_per_round(capture_timing: dict[str, Any], cfg: AbConfig) -> int:
+    """Replays every process times per round of one benchmark, from its first capture: as many
+    as fit ``cfg.round_s`` at the captured replay time, between 3 and ``cfg.round_samples``. Set
+    once per benchmark, before any round, so every round of both sides has the same count."""
+    samples = [float(x) for x in capture_timing.get("samples_s") or [] if x == x and x > 0]
+    if not samples:
+        return cfg.round_samples
+    replay_s = statistics.median(samples) * max(1, int(capture_timing.get("calls_per_sample") or 1))
+    return max(3, min(cfg.round_samples, int(cfg.round_s / replay_s + 1e-9)))
+
+
 class AbRunner:
     """``prefix`` starts every process id (``g1.A1``: a run of several GPUs names each GPU's
     processes apart). ``stop`` set from another thread interrupts the run at its next request,
@@ -295,6 +314,7 @@ class AbRunner:
         self._serial = {s: 0 for s in SIDES}
         self._t0 = time.monotonic()
         self._base_costs: list[float] = []
+        self._replays: dict[str, int] = {}  # benchmark -> replays per round (``replays_per_round``)
         # the run so far (``salvage`` reads it when the run raised)
         self.listed: list[str] | None = None  # every benchmark the sides listed, in order
         self.by_side: dict[str, dict[str, dict]] | None = None  # side -> benchmark -> listed case
@@ -483,6 +503,8 @@ class AbRunner:
             self._retire(pid)
         pair.parts = list(parts.values())
         pair.crashes = self.crashes[crashes0:]
+        pair.round_samples = self._replays.get(name)
+        pair.wall_s = time.monotonic() - t_start
         return pair
 
     def _rounds(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
@@ -663,6 +685,7 @@ class AbRunner:
             return None
         if names and "kernels" not in side.extra_info:
             side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
+        self._replays.setdefault(name, replays_per_round(reply["timing"], self.cfg))
         part.fresh = True
         return reply.get("memory")
 
@@ -687,7 +710,8 @@ class AbRunner:
         part.fresh = False
         try:
             reply = self._ask(pid, {"op": "time", "case": entries[info.side]["case"], "place": place,
-                                    "samples": self.cfg.round_samples, "kernel_time": cupti}, f"timing {name}")
+                                    "samples": self._replays.get(name, self.cfg.round_samples),
+                                    "kernel_time": cupti}, f"timing {name}")
         except WorkerLost as exc:
             part.status, part.reason, part.rounds, part.samples = "lost", str(exc), {}, []
             self._lost(pid, name, f"round {r + 1} of", exc)

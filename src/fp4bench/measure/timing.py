@@ -10,7 +10,11 @@ Fallbacks, always named in ``TimingResult.method``/``note``:
 * ``cpu``: ``perf_counter`` around N calls, for CPU-only backends; labelled as such.
 
 Cold L2 is done by *rotating input copies* (each callable in ``fns`` works on its own copy)
-so that back-to-back launches stay back-to-back; the caller decides how many copies.
+so that back-to-back launches stay back-to-back; the caller decides how many copies. A captured
+graph replays a fixed sequence, so it covers every copy (at least one call per copy); eager and
+CPU launches continue the rotation from one sample to the next (``Rotation``), so a call longer
+than a sample's target (the eager emulation's 0.1 s calls) is one call per sample, never a
+second call on a copy the previous one just left in L2.
 Sampling is adaptive: after ``min_samples`` it stops once the distribution-free 95 %
 confidence interval of the median is within ``target_rel_ci`` of the median, or when
 the time budget or ``max_samples`` is reached (``stopped_by`` says which).
@@ -141,15 +145,31 @@ class _Sampler:
         return None
 
 
-def _calls_for(est_s: float, cfg: TimingConfig, copies: int = 1) -> int:
-    """Calls per sample. Auto mode runs at least one call per rotating copy: with fewer, every
-    sample would re-run the same first copies (still in L2 from the previous sample) and the
-    other copies would never be timed."""
+def _calls_for(est_s: float, cfg: TimingConfig, copies: int = 1, continuous: bool = False) -> int:
+    """Calls per sample. A replay that restarts its rotation every sample (a CUDA graph) runs at
+    least one call per rotating copy in auto mode: with fewer, every sample would re-run the same
+    first copies (still in L2 from the previous sample) and the other copies would never be
+    timed. ``continuous``: the rotation carries on across samples (``Rotation``), so no floor."""
     if cfg.calls_per_sample is not None:
         return cfg.calls_per_sample
+    floor = 1 if continuous else copies
     if est_s <= 0:
-        return max(cfg.max_calls_per_sample, copies)
-    return int(max(copies, min(cfg.max_calls_per_sample, max(1, math.ceil(cfg.target_sample_s / est_s)))))
+        return max(cfg.max_calls_per_sample, floor)
+    return int(max(floor, min(cfg.max_calls_per_sample, max(1, math.ceil(cfg.target_sample_s / est_s)))))
+
+
+class Rotation:
+    """``calls`` calls of ``fns`` per launch, continuing the rotation where the last launch
+    stopped: call ``k`` of the whole run always works on copy ``k mod len(fns)``."""
+
+    def __init__(self, fns: Sequence[Fn], calls: int) -> None:
+        self.fns, self.calls, self.next = list(fns), calls, 0
+
+    def __call__(self) -> None:
+        n = len(self.fns)
+        for i in range(self.calls):
+            self.fns[(self.next + i) % n]()
+        self.next = (self.next + self.calls) % n
 
 
 MAX_PROFILED_CALLS = 20_000
@@ -174,12 +194,13 @@ def time_cpu(fns: Sequence[Fn], cfg: TimingConfig) -> TimingResult:
         fns[i % len(fns)]()
     t = time.perf_counter()
     fns[0]()
-    n = _calls_for(time.perf_counter() - t, cfg, len(fns))
+    n = _calls_for(time.perf_counter() - t, cfg, len(fns), continuous=True)
+    launch = Rotation(fns, n)
+    launch.next = 1 % len(fns)  # the sizing call ran copy 0
     s = _Sampler(cfg)
     while (why := s.done()) is None:
         t0 = time.perf_counter()
-        for i in range(n):
-            fns[i % len(fns)]()
+        launch()
         s.samples.append((time.perf_counter() - t0) / n)
     return TimingResult(s.samples, "cpu perf_counter", n, len(fns), why, median_rel_ci(s.samples),
                         note="CPU-only backend: wall clock, not GPU time", wall_s=time.perf_counter() - s.t0)
@@ -237,7 +258,7 @@ def prime_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device,
         est, calls = sized.estimate_s, sized.unit.calls
     else:
         est = _estimate_gpu_call_s(fns, stream)
-        calls = _calls_for(est, cfg, len(fns))
+        calls = _calls_for(est, cfg, len(fns), continuous=cfg.mode != "graph" or bool(no_graph_reason))
     unit = capture(fns, calls, stream, device, no_graph_reason) if cfg.mode == "graph" else back_to_back(fns, calls)
     return Primed(unit, stream, est)
 
@@ -255,13 +276,9 @@ class Replay:
 
 
 def back_to_back(fns: Sequence[Fn], calls: int, note: str = "") -> Replay:
-    """``calls`` calls of ``fns`` (rotated), launched eagerly one after the other."""
-
-    def body() -> None:
-        for i in range(calls):
-            fns[i % len(fns)]()
-
-    return Replay(body, calls, f"cuda-events x{calls} back-to-back", note)
+    """``calls`` calls of ``fns``, launched eagerly one after the other, the rotation continuing
+    from one launch to the next (``Rotation``)."""
+    return Replay(Rotation(fns, calls), calls, f"cuda-events x{calls} back-to-back", note)
 
 
 def capture(fns: Sequence[Fn], calls: int, stream: torch.cuda.Stream, device: torch.device,
@@ -274,7 +291,8 @@ def capture(fns: Sequence[Fn], calls: int, stream: torch.cuda.Stream, device: to
     try:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
-            eager.launch()
+            for i in range(calls):
+                fns[i % len(fns)]()
     except Exception as exc:  # capture is a property of the backend, not a failure of it
         torch.cuda.synchronize(device)
         eager.note = f"graph capture failed ({type(exc).__name__}: {exc}); fell back to events"
@@ -296,15 +314,23 @@ class Sampled:
 
 def sample(unit: Replay, cfg: TimingConfig, stream: torch.cuda.Stream, device: torch.device) -> Sampled:
     """Replay ``unit`` between CUDA events until ``cfg``'s stop rule fires. With
-    ``cfg.kernel_time`` a sample is the GPU busy time of the replay's kernels from CUPTI (the event
-    span is kept as ``span_median_s``) and the executed kernel names are recorded."""
+    ``cfg.kernel_time`` and a CUDA graph, a sample is the GPU busy time of the replay's kernels
+    from CUPTI (the event span is kept as ``span_median_s``) and the executed kernel names are
+    recorded. Eager launches are timed by their event span (launch gaps included: the time an
+    eager caller pays), and with ``cfg.kernel_time`` their kernel names come from profiling the
+    one untimed launch: profiling every sample of a path that launches thousands of small kernels
+    a call cost more than the samples themselves and its launch overhead is not the kernels'."""
     n = unit.calls
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s = _Sampler(cfg)
-    prof = _profiler() if cfg.kernel_time else None
+    prof = _profiler() if cfg.kernel_time and unit.graph is not None else None
+    names: list[str] | None = None
     with torch.cuda.stream(stream):
-        unit.launch()  # one untimed replay: the first replay uploads the graph
-        torch.cuda.synchronize(device)
+        if cfg.kernel_time and unit.graph is None:
+            names = _kernel_names(unit, device)
+        else:
+            unit.launch()  # one untimed replay: the first replay uploads the graph
+            torch.cuda.synchronize(device)
         if prof is not None:
             prof.start()
         while (why := s.done()) is None:
@@ -317,6 +343,9 @@ def sample(unit: Replay, cfg: TimingConfig, stream: torch.cuda.Stream, device: t
             end.synchronize()
             s.samples.append(start.elapsed_time(end) / 1e3 / n)
     out = Sampled(s.samples, why, time.perf_counter() - s.t0, unit.method)
+    if names is not None:
+        out.extra["kernels"] = names
+        out.note = "eager launches: event span per call (launch gaps included), not CUPTI busy time"
     if prof is None:
         return out
     try:
@@ -334,6 +363,29 @@ def sample(unit: Replay, cfg: TimingConfig, stream: torch.cuda.Stream, device: t
     out.per_call_s = [b / n for b in busy]
     out.method = f"cupti kernel time, {unit.method}"
     return out
+
+
+def _kernel_names(unit: Replay, device: torch.device) -> list[str]:
+    """Launch ``unit`` once under the profiler; the normalized names of the kernels it ran
+    (empty where CUPTI is unavailable or the profiler fails: the launch still happens)."""
+    prof = _profiler()
+    try:
+        if prof is not None:
+            prof.start()
+    except Exception:  # profiler trouble must not stop the measurement
+        prof = None
+    try:
+        unit.launch()
+        torch.cuda.synchronize(device)
+    finally:
+        events = []
+        if prof is not None:
+            try:
+                prof.stop()
+                events = list(prof.events())
+            except Exception:
+                events = []
+    return sorted({normalize_kernel_name(e.name) for e in events if device_event_kind(e) == KERNEL})
 
 
 def _profiler():
