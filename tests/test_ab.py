@@ -154,6 +154,16 @@ def test_replicates_alternate_and_every_process_is_timed_every_round(slow_b):
     assert any("prepared + checked" in line for line in lines)
 
 
+@pytest.mark.parametrize("timer", ["span", "cupti"])
+def test_every_worker_is_told_the_timer_of_its_samples(timer):
+    """``$FP4BENCH_TIMER`` in both sides' workers: test-only code sized in the timer's unit
+    (fp4bench.testing.slowdown) reads it; a side's own variables stay."""
+    a = Side(sys.executable, {"X": "1"})
+    runner = AbRunner(a, Side(sys.executable), _cfg(timer=timer), progress=lambda line: None)
+    assert runner.specs["A"].env == {"X": "1", "FP4BENCH_TIMER": timer}
+    assert runner.specs["B"].env == {"FP4BENCH_TIMER": timer}
+
+
 def test_replays_per_round_fit_the_round_time_between_3_and_the_cap():
     from fp4bench.ab.run import replays_per_round
 

@@ -5,6 +5,7 @@ failed on both sides (e.g. out of memory) is not judged instead of failing B."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -105,11 +106,10 @@ def _cfg(**kw) -> AbConfig:
     return AbConfig(**{**base, **kw})
 
 
-@pytest.fixture(scope="module")
-def in_turns():
-    """B 4x slower; every capture reports a GPU that holds only two processes of this case at a
-    time (30 GiB peak, 50 GiB free beside the first of 140 GiB): the three slots take turns."""
-    sent: list[tuple[str, dict]] = []
+def _holds_two(sent: list[tuple[str, dict]]):
+    """``AbRunner._ask`` that records every request in ``sent`` and reports, for every capture
+    with a memory report, a GPU that holds two processes of the case (30 GiB peak, 50 GiB free
+    beside the first of 140 GiB)."""
     ask = AbRunner._ask
 
     def with_memory(self, pid, msg, what):
@@ -119,8 +119,16 @@ def in_turns():
             reply["memory"] = {"peak": 30 * GIB, "free": 50 * GIB, "total": 140 * GIB}
         return reply
 
+    return with_memory
+
+
+@pytest.fixture(scope="module")
+def in_turns():
+    """B 4x slower; every capture reports a GPU that holds only two processes of this case at a
+    time (30 GiB peak, 50 GiB free beside the first of 140 GiB): the three slots take turns."""
+    sent: list[tuple[str, dict]] = []
     mp = pytest.MonkeyPatch()
-    mp.setattr(AbRunner, "_ask", with_memory)
+    mp.setattr(AbRunner, "_ask", _holds_two(sent))
     try:
         a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_SPIN_S": "0.01", "FAKE_TACTICS": "t0"})
         b = Side(a.python, {**a.env, "FAKE_SLOWDOWN": "3.0"})
@@ -157,6 +165,46 @@ def test_a_run_in_turns_is_judged_per_slot_and_fails_a_slower_b(in_turns):
         assert p.estimate.est.n_base == p.estimate.est.n_new == 3
         assert 200 < p.estimate.est.pct < 500
     assert outcome(run, result)[0] == 1
+
+
+def _most_holding(sent: list[tuple[str, dict]]) -> int:
+    """The most processes holding a case at once (from its check or capture to its release)."""
+    holding: set[str] = set()
+    most = 0
+    for pid, m in sent:
+        if m.get("op") in ("check", "time"):
+            holding.add(pid)
+        elif m.get("op") == "drop" and m.get("release"):
+            holding.discard(pid)
+        most = max(most, len(holding))
+    return most
+
+
+def test_an_added_process_pair_takes_its_own_turn_and_never_sits_beside_another(monkeypatch):
+    """The processes disagree (forced): a pair joins after the first pass, as a fourth turn; at
+    no time do more processes hold the case than the GPU holds (two, from the memory report)."""
+    sent: list[tuple[str, dict]] = []
+    estimate = AbRunner._estimate
+    calls = {"n": 0}
+
+    def disagree_once(self, parts, *, budget_left, paired=False):
+        est = estimate(self, parts, budget_left=budget_left, paired=paired)
+        calls["n"] += 1
+        if est is not None and calls["n"] == 1:
+            return dataclasses.replace(est, decision=Decision.MORE, between_var=1.0, within_var_of_mean=0.0)
+        return est
+
+    monkeypatch.setattr(AbRunner, "_ask", _holds_two(sent))
+    monkeypatch.setattr(AbRunner, "_estimate", disagree_once)
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_SPIN_S": "0.002", "FAKE_TACTICS": "t0"})
+    lines: list[str] = []
+    run = AbRunner(a, a, _cfg(extra_pairs=1, max_rounds=8), progress=lines.append).run()
+    first = run.pairs[0]
+    assert any("added" in line for line in lines), lines
+    assert [sorted(t) for t in first.turns] == [["A1", "B1"], ["A2", "B2"], ["A3", "B3"]]
+    extra = {x.proc for x in first.parts} - {"A1", "A2", "A3", "B1", "B2", "B3"}
+    assert len(extra) == 2 and all(len(x.rounds) >= 4 for x in first.parts if x.proc in extra)
+    assert _most_holding(sent) <= 2
 
 
 def test_max_resident_below_a_pair_is_a_usage_error_before_any_worker(capsys):

@@ -98,6 +98,7 @@ class FakeClock:
                  event_s=3e-6) -> None:
         self.t, self.call_s, self.gap, self.clock_hz, self.alone_hz = 0.0, call_s, gap, clock_hz, alone_hz
         self.flush_s, self.event_s = flush_s, event_s
+        self.work = 0.0  # device busy time: kernels only, never the gap between them
 
     def rate(self) -> float:
         return self.alone_hz
@@ -107,17 +108,25 @@ class FakeClock:
 
     def call(self) -> None:
         self.t += self.call_s
+        self.work += self.call_s
 
     def flush(self) -> None:
         self.t += self.flush_s
+        self.work += self.flush_s
 
     def spin(self, cycles: int) -> None:
         self.t += self.gap + cycles / self.clock_hz
+        self.work += cycles / self.clock_hz
 
     def span(self, launch) -> float:
         t = self.t
         launch()
         return self.t - t + self.event_s
+
+    def busy(self, launch) -> float:
+        w = self.work
+        launch()
+        return self.work - w
 
 
 def test_the_spin_is_sized_on_the_time_it_adds_not_on_its_length():
@@ -128,7 +137,7 @@ def test_the_spin_is_sized_on_the_time_it_adds_not_on_its_length():
     old_cycles = int(0.5 * fake.call_s * fake.rate())
     old_ratio = 1 + (fake.gap + old_cycles / fake.clock_hz) / fake.call_s
     assert old_ratio > 1.7  # what the sizing on the spin's length alone gives here
-    spin = Spin(clock=lambda device: fake)
+    spin = Spin(clock=lambda device: fake, measure="span")
     cal = spin.calibrate(fake.call, 0.5, torch.device("cuda"))
     assert cal.call_s == pytest.approx(fake.call_s)  # the event pair and the flush cancel
     realized = fake.gap + cal.cycles / fake.clock_hz
@@ -141,7 +150,30 @@ def test_the_spin_is_sized_on_the_time_it_adds_not_on_its_length():
 def test_a_fraction_below_one_kernels_cost_is_refused():
     fake = FakeClock()
     with pytest.raises(ValueError, match=r"cannot add 0.08 us per call: one spin kernel alone adds 1.50 us"):
-        Spin(clock=lambda device: fake).calibrate(fake.call, 0.01, torch.device("cuda"))
+        Spin(clock=lambda device: fake, measure="span").calibrate(fake.call, 0.01, torch.device("cuda"))
+
+
+def test_under_the_busy_timer_the_spin_adds_its_own_duration_not_the_gap():
+    """What the cupti timer sums is kernel time: a 5 % spin after a 95 us call is a 4.75 us spin
+    kernel. Sized on the span instead (the gap of 4 us counted as added), it realizes under 1 %
+    of busy time: the run-26 symptom."""
+    fake = FakeClock(call_s=95e-6, gap=4e-6)
+    busy = Spin(clock=lambda device: fake, measure="busy").calibrate(fake.call, 0.05, torch.device("cuda"))
+    assert busy.call_s == pytest.approx(95e-6)
+    assert busy.cycles / fake.clock_hz == pytest.approx(0.05 * 95e-6, rel=0.05)
+    span = Spin(clock=lambda device: fake, measure="span").calibrate(fake.call, 0.05, torch.device("cuda"))
+    assert (span.cycles / fake.clock_hz) / 95e-6 < 0.01  # what the busy timer then sees added
+
+
+@pytest.mark.parametrize(("env", "measure"), [({}, "busy"), ({"FP4BENCH_TIMER": "cupti"}, "busy"),
+                                              ({"FP4BENCH_TIMER": "span"}, "span")])
+def test_the_timer_of_the_process_picks_what_the_spin_is_sized_on(env, measure):
+    assert slowdown.timer_measure(env) == measure
+
+
+def test_an_unknown_timer_is_named():
+    with pytest.raises(ValueError, match="FP4BENCH_TIMER='wall': expected one of cupti, span"):
+        slowdown.timer_measure({"FP4BENCH_TIMER": "wall"})
 
 
 def test_solve_cycles_settles_on_an_affine_response():

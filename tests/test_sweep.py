@@ -19,6 +19,8 @@ CUDA = torch.device("cuda")  # only its .type is read by cases_for; no CUDA need
 
 
 class Fake(TorchReference):
+    named_only_on = frozenset()
+
     def __init__(self, name, kinds=("dense", "grouped"), ok=True, tactics=None, unsupported=None):
         self.name, self.kinds, self.ok = name, frozenset(kinds), ok
         self._tactics = tactics or [Tactic(None, "default")]
@@ -69,6 +71,20 @@ def test_unavailable_backend_gives_one_skipped_spec_per_problem():
     dense = [p for p in problems_for(opts) if p.kind == "dense"]
     assert [s.problem.id for s in specs] == [p.id for p in dense]  # grouped: not its kind, no spec
     assert {s.skip_reason for s in specs} == {"gone: gone needs SM100 (this is cpu)"}
+
+
+def test_a_named_only_backend_is_skipped_with_its_reason_unless_named():
+    """torch-reference runs on a CPU by default, and on a GPU only when named."""
+    ref, other = TorchReference(), Fake("other", kinds=("dense",))
+    opts = SweepOptions(batches=(1,), kinds=("dense",))
+    on_gpu = cases_for(opts, [ref, other], CUDA)
+    mine = [s for s in on_gpu if s.backend == "torch-reference"]
+    assert mine and all("timed only when named" in s.skip_reason and s.skip_reason.startswith("torch-reference: ")
+                        for s in mine)
+    assert all(not s.skip_reason for s in on_gpu if s.backend == "other")
+    named = SweepOptions(batches=(1,), kinds=("dense",), backends=("torch-reference",))
+    assert [s.skip_reason for s in cases_for(named, [ref, other], CUDA)] == ["", ""]
+    assert all(not s.skip_reason for s in cases_for(opts, [ref], CPU))
 
 
 def test_cpu_size_limit_skip_reason():

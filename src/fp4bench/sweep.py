@@ -202,14 +202,19 @@ def problems_for(opts: SweepOptions) -> list[Problem]:
 
 
 def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device) -> list[CaseSpec]:
-    """Every case of the sweep; unavailable backends give one skipped case per problem."""
+    """Every case of the sweep; unavailable backends give one skipped case per problem, and so
+    does a backend left unnamed on a device type it runs on only when named (``named_only_on``)."""
     specs: list[CaseSpec] = []
     chosen = [b for b in backends if opts.backends is None or b.name in opts.backends]
+    unnamed = {b.name for b in chosen if opts.backends is None and device.type in b.named_only_on}
     avail = {b.name: availability_of(b, device) for b in chosen}
     for problem in problems_for(opts):
         too_big = device.type == "cpu" and operand_bytes(problem) > CPU_OPERAND_LIMIT_BYTES
         for b in chosen:
             if problem.kind not in b.kinds:
+                continue
+            if b.name in unnamed:
+                specs.append(CaseSpec(b.name, problem, skip_reason=f"{b.name}: {b.named_only_reason}"))
                 continue
             a = avail[b.name]
             if not a.ok:

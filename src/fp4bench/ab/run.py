@@ -38,6 +38,7 @@ from fp4bench.ab.estimate import MIN_REPLICATES, AbEstimate, ab_estimate, ab_est
 from fp4bench.ab.schedule import SIDES, alloc_order, resident_capacity, round_order, start_order, turns
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.measure.copies import MIN_COPIES
+from fp4bench.measure.timing import TIMER_ENV
 from fp4bench.sweep import SweepOptions
 from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
@@ -303,7 +304,8 @@ class AbRunner:
         self.stop = threading.Event()
         self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
         self.test_only: dict[str, dict[str, str]] = {}  # per side, filled when the workers start
-        self.specs = {label: WorkerSpec(python=interpreter(s.python), env=dict(s.env), init=_init(s, cfg),
+        self.specs = {label: WorkerSpec(python=interpreter(s.python), env={**s.env, TIMER_ENV: cfg.timer},
+                                        init=_init(s, cfg),
                                         timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0))
                       for label, s in zip(SIDES, (a, b))}
         self.workers: dict[str, Worker] = {}  # live processes by id
@@ -614,8 +616,12 @@ class AbRunner:
                 got = self._extra_pair(name, entries, parts, res, where)
                 extra += got
                 if got:
+                    # checked and captured now, beside no other turn; released at once so the
+                    # next pass's first turn has the GPU to itself, and captured again in its
+                    # own turn (kept resident, it would sit beside every turn: out of memory)
+                    for pid in got:
+                        self._drop(pid, name, release=True)
                     groups = groups + [[self.info[got[0]].slot]]
-                    resident |= set(got)
 
     def _drop(self, pid: str, name: str, release: bool) -> int:
         """Forget the capture (``release``: and the cached operands); the bytes the process's

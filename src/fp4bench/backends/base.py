@@ -116,6 +116,10 @@ class Backend(ABC):
     #: back-to-back launches between events and says so, instead of attempting a capture that
     #: fails mid-way and invalidates the capture stream)
     no_graph_reason: ClassVar[str | None] = None
+    #: device types ("cuda", "cpu") on which the backend runs only when named in the backend
+    #: selection, and why (``sweep.cases_for`` lists its cases as skipped with that reason)
+    named_only_on: ClassVar[frozenset[str]] = frozenset()
+    named_only_reason: ClassVar[str] = ""
     #: how often the library rounds the output to bf16 (2 when it scales a bf16 result again,
     #: e.g. ``torch._scaled_mm`` v1 followed by ``out.mul_(alpha)``): widens the verify bound by
     #: exactly that rounding, nothing else

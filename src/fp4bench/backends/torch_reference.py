@@ -24,6 +24,13 @@ class TorchReference(Backend):
     # the E2M1 decode builds its lookup table from a host list and the grouped path reads the
     # expert offsets on the host: both are illegal inside a CUDA-graph capture
     no_graph_reason = "host-side decode table and offsets (not graph-capturable)"
+    # On a GPU its time is that of fp4bench's own decode code launched eagerly, thousands of
+    # small kernels a call: launch-bound, 5-15 % apart between processes on an H200 and up to
+    # 70 s per benchmark in an A/B run (docs/results-h200.md, run 28), and no kernel of the
+    # stack under test. Its arithmetic is still the reference every other row is checked against.
+    named_only_on = frozenset({"cuda"})
+    named_only_reason = ("on a GPU timed only when named (--fp4-backends / --backends torch-reference): the eager "
+                         "emulation is fp4bench's own launch-bound decode code, not a kernel of the stack under test")
 
     def availability(self, device: torch.device) -> Availability:
         return Availability.yes(torch.__version__, f"pure torch on {device.type}")

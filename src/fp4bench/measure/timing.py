@@ -36,6 +36,12 @@ import torch
 
 Fn = Callable[[], Any]
 
+#: environment variable naming the timer a worker process's samples use, ``cupti`` (kernel busy
+#: time, the default) or ``span`` (event span); ``fp4bench ab`` and ``fp4bench units`` set it for
+#: their workers so that test-only code sized in the timer's unit (``fp4bench.testing.slowdown``)
+#: can read it
+TIMER_ENV = "FP4BENCH_TIMER"
+
 
 @dataclass(frozen=True)
 class TimingConfig:
@@ -395,7 +401,12 @@ def _profiler():
 
         if ProfilerActivity.CUDA not in supported_activities():
             return None
-        return profile(activities=[ProfilerActivity.CUDA])
+        # one start/stop cycle per profile; acc_events keeps its events readable after stop
+        # without torch's "clears events at the end of each cycle" warning
+        try:
+            return profile(activities=[ProfilerActivity.CUDA], acc_events=True)
+        except TypeError:  # a torch without acc_events (< 2.4): the warning stays, nothing else
+            return profile(activities=[ProfilerActivity.CUDA])
     except Exception:
         return None
 

@@ -14,10 +14,16 @@ device the call ran on: on CUDA a ``torch.cuda._sleep`` spin kernel on the curre
 is captured into the timer's CUDA graph next to the kernel), on a CPU a busy-wait. The sizing
 is made once per (problem, tactic), at its first call, which is the correctness check and never
 a timed call (``Spin.calibrate``): on CUDA the call's time and the time a spin of ``c`` cycles
-realizes after it are both measured as event spans of repeated [L2 flush, call, spin] launches
-queued behind a spin (no launch latency, no warm-cache shortcut), and ``c`` is solved for so
-that the realized added time, fixed cost of the extra kernel included, is the asked fraction of
-the call's time within 5 % (``solve_cycles``). The call is sized cold-L2 (the timer's default);
+realizes after it are both measured over repeated [L2 flush, call, spin] launches queued behind
+a spin (no launch latency, no warm-cache shortcut), and ``c`` is solved for so that the realized
+added time is the asked fraction of the call's time within 5 % (``solve_cycles``). "Time" is
+what the timer of the process reports (``$FP4BENCH_TIMER``, ``TIMERS``): ``cupti`` (the pytest
+run's default) sums the kernels' busy time, so the spin kernel's own duration is what it adds;
+``span`` (``fp4bench ab``'s and ``fp4bench units``' default, which set the variable for their
+workers) is the event span, so the gap one more kernel leaves in the stream counts too. Sized in
+the other unit, a 5 % spin after a 95 µs memory-bound grouped GEMM on an H200 realized +0.6 % of
+busy time (docs/results-h200.md, run 26), as it would if its span-sized cycles were mostly that
+gap (a fit, not yet measured per kernel). The call is sized cold-L2 (the timer's default);
 under ``--fp4-l2 hot`` the added time is that fraction of the cold call.
 
 The spin kernel shows in the recorded kernel names: the gate notes "kernels changed" on the
@@ -44,11 +50,23 @@ from typing import Any, Callable
 import torch
 
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
+from fp4bench.measure.timing import TIMER_ENV
 from fp4bench.operands import Operands
 from fp4bench.problems import Problem
 
 ENV = "FP4BENCH_SLOWDOWN"
 GPUS_ENV = "FP4BENCH_SLOWDOWN_GPUS"
+#: timer -> what the calibration measures: kernel busy time (CUPTI) or the event span
+TIMERS = {"cupti": "busy", "span": "span"}
+
+
+def timer_measure(environ: dict[str, str] | None = None) -> str:
+    """``busy`` or ``span``: what ``$FP4BENCH_TIMER`` (default ``cupti``, the pytest run's timer) counts."""
+    env = os.environ if environ is None else environ
+    timer = env.get(TIMER_ENV, "cupti").strip() or "cupti"
+    if timer not in TIMERS:
+        raise ValueError(f"{TIMER_ENV}={timer!r}: expected one of {', '.join(TIMERS)}")
+    return TIMERS[timer]
 
 
 def parse_spec(text: str) -> dict[str, float]:
@@ -117,6 +135,23 @@ class CudaClock:
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
+    def busy(self, launch: Callable[[], None]) -> float:
+        """Seconds of device work (kernels, memsets, copies: CUPTI durations summed) of
+        ``launch()``, as the ``cupti`` timer counts a replay; the 2 ms spin ahead is not counted."""
+        from torch.profiler import ProfilerActivity, profile
+
+        from fp4bench.measure.kernels import device_time_per_group
+
+        torch.cuda._sleep(max(1, self._ahead))
+        torch.cuda.synchronize(self.device)
+        with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
+            launch()
+            torch.cuda.synchronize(self.device)
+        got = device_time_per_group(prof.events(), 1)
+        if not got:
+            raise RuntimeError("fp4bench.testing.slowdown: the profiler saw no device work to size the spin on")
+        return got[0]
+
 
 def solve_cycles(added: Callable[[int], float], target_s: float, guess: int, tol: float = 0.05,
                  tries: int = 5) -> tuple[int, float]:
@@ -156,16 +191,21 @@ class Calibration:
 class Spin:
     """Busy time on the device a call ran on, sized on the call's own time.
 
-    On CUDA the spin is sized on what it *adds* after the call, not on its length alone: each
-    spin is one more kernel, and its fixed cost (the gap a graph leaves between two kernels, the
-    call's tail) is time the spin adds too. The calibration times ``k`` repetitions of [flush,
-    call] and of [flush, call, spin(c)] between one event pair (so the event overhead and the
-    flush cancel in the difference), the median of ``reps`` rounds, and solves for ``c`` with
-    ``solve_cycles`` (within ``tol``)."""
+    On CUDA the spin is sized on what it *adds* after the call, as the process's timer counts
+    it (``measure``: ``busy`` or ``span``, from ``$FP4BENCH_TIMER``), not on its length alone:
+    under the span each spin is one more kernel, and its fixed cost (the gap a graph leaves
+    between two kernels, the call's tail) is time the spin adds too; under busy time only the
+    spin kernel's own duration is. The calibration measures ``k`` repetitions of [flush, call]
+    and of [flush, call, spin(c)] (so the event overhead and the flush cancel in the
+    difference), the median of ``reps`` rounds, and solves for ``c`` with ``solve_cycles``
+    (within ``tol``)."""
 
     def __init__(self, reps: int = 10, k: int = 16, tol: float = 0.05,
-                 clock: Callable[[torch.device], Any] = CudaClock) -> None:
+                 clock: Callable[[torch.device], Any] = CudaClock, measure: str | None = None) -> None:
         self.reps, self.k, self.tol, self._clock = reps, k, tol, clock
+        self.measure = measure if measure is not None else timer_measure()
+        if self.measure not in TIMERS.values():
+            raise ValueError(f"Spin(measure={self.measure!r}): expected busy or span")
         self._clocks: dict[Any, Any] = {}
 
     def call_seconds(self, call: Callable[[], Any], device: torch.device) -> float:
@@ -193,11 +233,15 @@ class Spin:
         call()  # warm
 
         def per_call(*steps: Callable[[], Any]) -> float:
-            def launch() -> None:
-                for _ in range(self.k):
-                    for step in steps:
-                        step()
-            return statistics.median(clock.span(launch) for _ in range(self.reps)) / self.k
+            def launch(times: int) -> Callable[[], None]:
+                def go() -> None:
+                    for _ in range(times):
+                        for step in steps:
+                            step()
+                return go
+            if self.measure == "busy":  # a sum of kernel durations: one profiled pass of k x reps
+                return clock.busy(launch(self.k * self.reps)) / (self.k * self.reps)
+            return statistics.median(clock.span(launch(self.k)) for _ in range(self.reps)) / self.k
 
         flush = per_call(clock.flush)
         t0 = per_call(clock.flush, call) - flush

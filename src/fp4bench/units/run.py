@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gpus.devices import Gpu, pin_env
+from fp4bench.measure.timing import TIMER_ENV
 from fp4bench.sweep import SweepOptions
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings
 from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
@@ -142,7 +143,8 @@ class UnitRunner:
         self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
         python = interpreter(cfg.python)
         self.units = [Unit(g) for g in gpus]
-        self.workers = {g.uuid: Worker(WorkerSpec(python=python, env={**cfg.env, **pin_env(g)}, init=_init(cfg),
+        self.workers = {g.uuid: Worker(WorkerSpec(python=python, env={**cfg.env, **pin_env(g), TIMER_ENV: "span"},
+                                                  init=_init(cfg),
                                                   timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0)),
                                        label=f"GPU {g.index} worker") for g in gpus}
         self._pool = ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="fp4bench-unit")
