@@ -154,6 +154,35 @@ def test_replicates_alternate_and_every_process_is_timed_every_round(slow_b):
     assert any("prepared + checked" in line for line in lines)
 
 
+def test_workers_import_together_and_start_one_at_a_time_in_start_order(monkeypatch):
+    """Every process is launched (it imports torch and the harness) before the first handshake;
+    the handshakes (CUDA context, backends) then go one at a time in ``start_order``."""
+    from fp4bench.worker.pool import Worker
+
+    events: list[tuple[str, str]] = []
+    launch, start = Worker.launch, Worker.start
+
+    def logged_launch(self):
+        events.append(("launch", self.spec.env.get("SIDE", "")))
+        launch(self)
+
+    def logged_start(self):
+        events.append(("start", self.spec.env.get("SIDE", "")))
+        return start(self)
+
+    monkeypatch.setattr(Worker, "launch", logged_launch)
+    monkeypatch.setattr(Worker, "start", logged_start)
+    a = Side(sys.executable, {"PYTHONPATH": FAKES, "SIDE": "A"})
+    runner = AbRunner(a, Side(a.python, {**a.env, "SIDE": "B"}), _cfg(replicates=2), progress=lambda line: None)
+    try:
+        runner.start()
+    finally:
+        runner.close()
+    sides = [side for side, _ in start_order(2)]
+    assert events == [("launch", s) for s in sides] + [("start", s) for s in sides]
+    assert [i.proc for i in runner.info.values()] == ["A1", "B1", "B2", "A2"]
+
+
 @pytest.mark.parametrize("timer", ["span", "cupti"])
 def test_every_worker_is_told_the_timer_of_its_samples(timer):
     """``$FP4BENCH_TIMER`` in both sides' workers: test-only code sized in the timer's unit

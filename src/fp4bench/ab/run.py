@@ -326,12 +326,14 @@ class AbRunner:
 
     # -- processes ------------------------------------------------------------------------
     def _spawn(self, side: str, slot: int, *, extra: bool = False, replaces: str | None = None,
-               initial: bool = False) -> str | None:
-        """Start one process for ``side`` in ``slot``; its id, or None when it could not start
-        (an ``initial`` start that fails raises: a side that cannot start is a usage error)."""
+               initial: bool = False, launched: Worker | None = None) -> str | None:
+        """Start one process for ``side`` in ``slot`` (``launched``: its worker, launched
+        already); its id, or None when it could not start (an ``initial`` start that fails
+        raises: a side that cannot start is a usage error)."""
         self._serial[side] += 1
         pid = f"{self.prefix}{side}{self._serial[side]}"
-        w = Worker(self.specs[side], label=f"process {pid}")
+        w = launched if launched is not None else Worker(self.specs[side])
+        w.label = f"process {pid}"
         try:
             ready = w.start()
         except (WorkerLost, OSError) as exc:
@@ -378,8 +380,26 @@ class AbRunner:
         return self._elapsed() + base * remaining < self.cfg.time_budget_s
 
     def start(self) -> dict[str, dict]:
-        for side, slot in start_order(self.cfg.replicates):
-            self._spawn(side, slot, initial=True)
+        """Every process of the run: launched together (their imports overlap), then started one
+        at a time in ``start_order`` (CUDA context, backends, fingerprint)."""
+        order = start_order(self.cfg.replicates)
+        launched = []
+        for side, _ in order:
+            w = Worker(self.specs[side], label=f"side {side}'s worker")
+            try:
+                w.launch()
+            except WorkerLost as exc:
+                for done in launched:
+                    done.kill()
+                raise RuntimeError(f"side {side} could not start: {exc}") from None
+            launched.append(w)
+        for i, ((side, slot), w) in enumerate(zip(order, launched)):
+            try:
+                self._spawn(side, slot, initial=True, launched=w)
+            except BaseException:
+                for rest in launched[i + 1:]:  # launched, never registered: nothing else stops them
+                    rest.kill()
+                raise
         return dict(self.fingerprints)
 
     def close(self, kill: bool = False) -> None:

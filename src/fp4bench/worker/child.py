@@ -253,7 +253,22 @@ def operand_digest(ops: Any) -> str:
     return h.hexdigest()
 
 
+def preload() -> None:
+    """Import the libraries every worker needs while the parent has not sent ``init`` yet (no
+    CUDA call: ``import torch`` does not create a context), so that workers launched together
+    import in parallel. A failure here is left for ``Child`` to raise and report."""
+    try:
+        import numpy  # noqa: F401
+        import scipy.stats  # noqa: F401
+        import torch  # noqa: F401
+
+        import fp4bench.case  # noqa: F401
+    except Exception:
+        pass
+
+
 def serve(inp: TextIO, out: TextIO) -> int:
+    preload()
     first = inp.readline()
     if not first:
         return 0

@@ -82,6 +82,7 @@ class Worker:
         self.ready: dict[str, Any] | None = None
         self.starts = 0  # processes started: one more after each lost worker
         self._lines: queue.Queue = queue.Queue()
+        self._launched = False
 
     @staticmethod
     def _reader(stream, lines: queue.Queue) -> None:
@@ -91,10 +92,10 @@ class Worker:
             lines.put(line)
         lines.put(None)  # EOF: the process is gone
 
-    def start(self) -> dict[str, Any]:
-        """Start the process and check its handshake: the first line must be the worker's
-        ``ready`` record. ``WorkerLost`` otherwise, in one line naming the interpreter and the
-        child's own error (the last exception line it wrote to stderr, not its traceback)."""
+    def launch(self) -> None:
+        """Start the process without its handshake: it imports its libraries (not CUDA) and waits
+        for ``init``. Launching several workers before starting any one overlaps their imports,
+        while ``start`` still initializes them (CUDA contexts included) one at a time, in order."""
         env = dict(os.environ)
         env.update(self.spec.env)
         env["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -108,6 +109,16 @@ class Worker:
         self._lines = queue.Queue()
         self._stderr = _StderrTail(self.proc.stderr)
         threading.Thread(target=self._reader, args=(self.proc.stdout, self._lines), daemon=True).start()
+        self._launched = True  # launched, its handshake not yet made
+
+    def start(self) -> dict[str, Any]:
+        """Start the process (unless ``launch`` did) and check its handshake: the first line must
+        be the worker's ``ready`` record. ``WorkerLost`` otherwise, in one line naming the
+        interpreter and the child's own error (the last exception line it wrote to stderr, not its
+        traceback)."""
+        if not self._launched:
+            self.launch()
+        self._launched = False
         try:
             ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
         except WorkerLost as exc:
