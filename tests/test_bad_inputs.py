@@ -586,10 +586,11 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "fp4bench: baseline base.json: recorded sweep field 'tactics': expected 'default' or 'all', got 'most'"),
     ("... through --benchmark-compare", ["--benchmark-compare=base.json"], _base_sweep(models=["no-such-model"]), 4,
      "fp4bench: baseline base.json: recorded sweep field 'models': unknown model 'no-such-model'"),
-    # the saved run and this one are CPU wall times minutes apart on a shared machine: the floor
-    # keeps the row about what it tests (the run is accepted and judged), not about their timing
-    ("... a bad field the option given replaces", ["--fp4-baseline", "base.json", "--fp4-floor", "999"],
-     _base_sweep(batches=[-1]), 0,
+    # the saved run and this one are CPU wall times minutes apart on a shared machine (70x apart
+    # under load once): baseline windows spread over the plausible range keep the row about what
+    # it tests (the run is accepted and judged: AMBIGUOUS, exit 0), not about their timing
+    ("... a bad field the option given replaces", ["--fp4-baseline", "base.json"],
+     lambda d: _noisy_fast(_base_sweep(batches=[-1])(d)), 0,
      "fp4bench verdict vs base.json"),
     ("baseline timed with cold L2", ["--fp4-baseline", "base.json"], _base_cold_l2, 4,
      "the baseline was timed with l2='cold' but this run with l2='hot'"),
