@@ -135,6 +135,30 @@ def test_given_backends_narrow_what_is_expected_and_a_lost_tactic_inside_still_f
     assert [kinds(r.extra_info) for r in base.benchmarks.values()] == [False, False, True]
 
 
+def test_a_backend_left_unnamed_on_its_named_only_device_is_not_selected_not_missing():
+    """torch-reference on a GPU runs only when named: a baseline that has its rows (recorded
+    before, or with it named) judges a default run without them as not selected, never missing."""
+    from fp4bench.backends.torch_reference import TorchReference
+    from fp4bench.sweep import unnamed_backends
+
+    rng = np.random.default_rng(9)
+    base = parse_baseline(bench_json(
+        [bench_entry("b::t[bf16]", samples(rng, MED, 0.01), _extra("torch-bf16")),
+         bench_entry("b::t[ref]", samples(rng, MED, 0.01), _extra("torch-reference"))],
+        availability={"torch-bf16|p|t1": "ok", "torch-reference|p|t1": "ok"}))
+    opts = SweepOptions()
+    unnamed = unnamed_backends(opts, [TorchReference()], "cuda")
+    assert unnamed == {"torch-reference"} and unnamed_backends(opts, [TorchReference()], "cpu") == frozenset()
+    assert unnamed_backends(SweepOptions(backends=("torch-reference",)), [TorchReference()], "cuda") == frozenset()
+    scope = Scope(selected=selection_of(opts, {}.get, unnamed))
+    cur = {"b::t[bf16]": (samples(rng, MED, 0.01), _extra("torch-bf16"))}
+    res = compare(base, cur, availability_now={"torch-bf16|p|t1": "ok"}, scope=scope)
+    assert res.exit_code == 0, verdict_table(res)
+    assert res.coverage.not_selected == ("b::t[ref]",) and not res.by_status(Status.MISSING)
+    # without the rule the same run is incomplete: the rows are missing
+    assert compare(base, cur, availability_now={"torch-bf16|p|t1": "ok"}).exit_code == 3
+
+
 def test_fp4_backends_narrows_a_gated_pytest_run(bench):
     data = json.loads(json.dumps(_baseline(bench)))
     res = bench.runpytest(*GATE, "--fp4-backends", "steady-spin,torch-bf16", "--fp4-save-baseline", "two.json")

@@ -390,12 +390,15 @@ class Fp4Session:
         if self._result is None:
             from fp4bench.gate.coverage import Scope
             from fp4bench.plugin_console import not_run
-            from fp4bench.sweep import selection_of
+            from fp4bench.backends.registry import all_backends
+            from fp4bench.sweep import selection_of, unnamed_backends
 
-            # what -k/-m deselected and what the given sweep options leave out is not expected;
-            # the cases a stopped run (-x, --maxfail, Ctrl-C) never reached are not reached
+            # what -k/-m deselected and what the given sweep options leave out (a backend that
+            # runs on this device only when named included) is not expected; the cases a stopped
+            # run (-x, --maxfail, Ctrl-C) never reached are not reached
             selected = None if self.sweep is None else selection_of(
-                self.sweep, lambda name: self.config.getoption("fp4_" + name, default=None))
+                self.sweep, lambda name: self.config.getoption("fp4_" + name, default=None),
+                unnamed_backends(self.sweep, all_backends(), self.device.type))
             scope = Scope(excluded=frozenset(self.deselected), selected=selected,
                           not_reached=tuple(not_run(self.config)), skipped_now=dict(self.skipped))
             current = {name: (self.windows[name][:self.judged.get(name, len(self.windows[name]))], extra)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterator, Mapping
 
 import torch
 
@@ -153,19 +153,31 @@ _NARROWING: dict[str, tuple[Callable[[Mapping[str, Any]], Any], Callable[[SweepO
 _NOT_IN_DENSE_SWEEP = ("batches", "routing")
 
 
-def selection_of(opts: SweepOptions, given: Callable[[str], Any]) -> Callable[[Mapping[str, Any]], bool] | None:
+def unnamed_backends(opts: SweepOptions, backends: list[Backend], device_type: str) -> frozenset[str]:
+    """The backends the sweep leaves out on ``device_type`` because they run there only when
+    named (``Backend.named_only_on``) and the options name no backend."""
+    if opts.backends is not None:
+        return frozenset()
+    return frozenset(b.name for b in backends if device_type in b.named_only_on)
+
+
+def selection_of(opts: SweepOptions, given: Callable[[str], Any],
+                 unnamed: Collection[str] = ()) -> Callable[[Mapping[str, Any]], bool] | None:
     """Whether a baseline benchmark (its ``extra_info``) lies inside the sweep options the user
     gave (``given(name)`` not None): ``--fp4-backends torch-bf16`` leaves the other backends'
     benchmarks out of what the run is expected to measure, as ``-k`` does; so do ``--fp4-models``,
     ``--fp4-kinds``, ``--fp4-batches``, ``--fp4-tp``, ``--fp4-routing`` and ``--fp4-tactics
-    default``. None when no given option narrows. A benchmark that did not record a value is
-    kept."""
+    default``, and the ``unnamed`` backends (``unnamed_backends``). None when nothing narrows.
+    A benchmark that did not record a value is kept."""
     checks = [(name, recorded, {str(v) for v in values(opts)}) for name, (recorded, values) in _NARROWING.items()
               if given(name) is not None and values(opts) is not None]
-    if not checks:
+    left_out = frozenset(unnamed)
+    if not checks and not left_out:
         return None
 
     def selected(extra: Mapping[str, Any]) -> bool:
+        if extra.get("backend") in left_out:
+            return False
         for name, recorded, allowed in checks:
             if name in _NOT_IN_DENSE_SWEEP and extra.get("routing") == "dense-sweep":
                 continue
@@ -206,7 +218,7 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
     does a backend left unnamed on a device type it runs on only when named (``named_only_on``)."""
     specs: list[CaseSpec] = []
     chosen = [b for b in backends if opts.backends is None or b.name in opts.backends]
-    unnamed = {b.name for b in chosen if opts.backends is None and device.type in b.named_only_on}
+    unnamed = unnamed_backends(opts, chosen, device.type)
     avail = {b.name: availability_of(b, device) for b in chosen}
     for problem in problems_for(opts):
         too_big = device.type == "cpu" and operand_bytes(problem) > CPU_OPERAND_LIMIT_BYTES
