@@ -78,12 +78,17 @@ def _run(sched: GpuScheduling, node: Node, upto: int | None = None) -> None:
         done += 1
 
 
-def test_every_worker_walks_the_whole_collection_two_items_ahead():
+def _collected(items: int) -> tuple[GpuScheduling, Node, Node]:
+    """A scheduler with two workers (GPUs A and B) that both collected ``items`` tests."""
     sched, a, b = _sched(), Node(A, "gw0"), Node(B, "gw1")
-    ids = [f"t.py::test[{i}]" for i in range(5)]
     for node in (a, b):
         sched.add_node(node)
-        sched.add_node_collection(node, ids)
+        sched.add_node_collection(node, [f"t.py::test[{i}]" for i in range(items)])
+    return sched, a, b
+
+
+def test_every_worker_walks_the_whole_collection_two_items_ahead():
+    sched, a, b = _collected(5)
     assert sched.collection_is_completed
     sched.schedule()
     assert a.sent == b.sent == [0, 1] and not sched.tests_finished
@@ -95,18 +100,14 @@ def test_every_worker_walks_the_whole_collection_two_items_ahead():
 
 
 def test_a_crashed_worker_is_replaced_on_its_gpu_after_the_item_it_was_running():
-    sched, a, b = _sched(), Node(A, "gw0"), Node(B, "gw1")
-    ids = [f"t.py::test[{i}]" for i in range(6)]
-    for node in (a, b):
-        sched.add_node(node)
-        sched.add_node_collection(node, ids)
+    sched, a, b = _collected(6)
     sched.schedule()
     _run(sched, a, upto=2)  # a runs 0 and 1, then dies running 2
     assert sched.remove_node(a) == "t.py::test[2]"
     assert not sched.tests_finished and sched.has_pending
     a2 = Node(A, "gw2")  # pytest-xdist's replacement: the same spec, so the same GPU
     sched.add_node(a2)
-    sched.add_node_collection(a2, ids)
+    sched.add_node_collection(a2, list(sched.collection))
     sched.schedule()
     assert a2.sent == [3, 4]
     _run(sched, a2)
@@ -115,7 +116,7 @@ def test_a_crashed_worker_is_replaced_on_its_gpu_after_the_item_it_was_running()
     # a worker sent another collection is never scheduled
     c = Node(B, "gw3")
     sched.add_node(c)
-    sched.add_node_collection(c, ids[:-1])
+    sched.add_node_collection(c, sched.collection[:-1])
     sched.schedule()
     assert c.sent == []
 

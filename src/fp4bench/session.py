@@ -398,7 +398,7 @@ class Fp4Session:
             # run (-x, --maxfail, Ctrl-C) never reached are not reached
             selected = None if self.sweep is None else selection_of(
                 self.sweep, lambda name: self.config.getoption("fp4_" + name, default=None),
-                unnamed_backends(self.sweep, all_backends(), self.device.type))
+                unnamed_backends(self.sweep, all_backends(), getattr(self.device, "type", "cpu")))
             scope = Scope(excluded=frozenset(self.deselected), selected=selected,
                           not_reached=tuple(not_run(self.config)), skipped_now=dict(self.skipped))
             current = {name: (self.windows[name][:self.judged.get(name, len(self.windows[name]))], extra)

@@ -19,7 +19,7 @@ and checking them); a case skipped at collection costs ``SKIPPED_COST``.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping
 
 from fp4bench.gpus.partition import partition
 
@@ -63,10 +63,3 @@ def share(cases: Iterable[tuple[str, Any]], slots: int) -> list[int]:
     placed = place(costs, slots)
     return [placed[f] for f in fams]
 
-
-def loads(slots_of: Sequence[int], cases: Sequence[tuple[str, Any]], slots: int) -> list[float]:
-    """Estimated cost per slot of a placement (for the run's summary line)."""
-    out = [0.0] * slots
-    for slot, (_, spec) in zip(slots_of, cases):
-        out[slot] += case_cost(spec)
-    return out

@@ -381,9 +381,9 @@ class TelemetrySampler:
         min_energy_window_s: float = 1.0,
         start_timeout_s: float = 5.0,
     ) -> None:
-        if isinstance(gpu, str) and not gpu.startswith(("GPU-", "MIG-")):
-            raise ValueError(f"gpu must be an NVML UUID (GPU-…, MIG-…) or an NVML index >= 0, got {gpu!r}")
-        if not isinstance(gpu, str) and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
+        uuid = isinstance(gpu, str) and gpu.startswith(("GPU-", "MIG-"))
+        index = isinstance(gpu, int) and not isinstance(gpu, bool) and gpu >= 0
+        if not (uuid or index):
             raise ValueError(f"gpu must be an NVML UUID (GPU-…, MIG-…) or an NVML index >= 0, got {gpu!r}")
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0 seconds, got {period_s!r}")
