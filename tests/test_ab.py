@@ -16,12 +16,12 @@ from fp4bench.ab.estimate import ab_estimate, offsets
 from fp4bench.ab.judge import judge, outcome, report, to_json
 from fp4bench.ab.run import AbConfig, AbRun, AbRunner, Paired, ProcInfo, SideResult, Side
 from fp4bench.ab.schedule import alloc_order, round_order, start_order
-from fp4bench.cli_ab import ab_main
-from fp4bench.cli_compare import EXIT_INCOMPLETE
+from fp4bench.cli.ab import ab_main
+from fp4bench.cli.compare import EXIT_INCOMPLETE
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gate.verdict import Policy, Status
-from fp4bench.report import verdict_message
-from fp4bench.sweep import SweepOptions
+from fp4bench.report.tables import verdict_message
+from fp4bench.run.sweep import SweepOptions
 
 pytest_plugins = ["pytester"]
 
@@ -157,7 +157,7 @@ def test_replicates_alternate_and_every_process_is_timed_every_round(slow_b):
 def test_workers_import_together_and_start_one_at_a_time_in_start_order(monkeypatch):
     """Every process is launched (it imports torch and the harness) before the first handshake;
     the handshakes (CUDA context, backends) then go one at a time in ``start_order``."""
-    from fp4bench.worker.pool import Worker
+    from fp4bench.run.worker.pool import Worker
 
     events: list[tuple[str, str]] = []
     launch, start = Worker.launch, Worker.start
@@ -343,7 +343,7 @@ def _cli(*extra: str) -> list[str]:
 
 
 def test_cli_usage_errors_come_before_any_worker_starts(capsys, monkeypatch):
-    from fp4bench.worker.pool import Worker
+    from fp4bench.run.worker.pool import Worker
 
     monkeypatch.setattr(Worker, "start", lambda self: pytest.fail("a worker started"))
     monkeypatch.syspath_prepend(FAKES)  # the --plugin module is importable here: its names are known up front
@@ -387,9 +387,9 @@ def test_cli_slowdown_wrapper_on_b_fails_with_json(tmp_path, capsys, monkeypatch
 
 
 def test_worker_round_carries_nvml_telemetry_only_where_it_is_read():
-    from fp4bench.problems import GemmProblem
-    from fp4bench.worker import protocol
-    from fp4bench.worker.child import Child
+    from fp4bench.workload.problems import GemmProblem
+    from fp4bench.run.worker import protocol
+    from fp4bench.run.worker.child import Child
     from test_telemetry import FakeNVML
 
     child = Child({"device": "cpu", "seed": 0})

@@ -14,8 +14,8 @@ import pytest
 
 from fp4bench.ab.multi import shares
 from fp4bench.ab.run import AbRunner
-from fp4bench.cli_ab import ab_main
-from fp4bench.cli_compare import EXIT_INCOMPLETE, EXIT_REGRESSION, EXIT_USAGE
+from fp4bench.cli.ab import ab_main
+from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_REGRESSION, EXIT_USAGE
 
 FAKES = str(Path(__file__).parent / "fakes")
 UUIDS = ("GPU-fake-0", "GPU-fake-1")
@@ -86,8 +86,8 @@ def test_one_gpu_slowed_fails_only_its_benchmarks_with_every_worker_pinned(host,
 def test_the_partition_is_by_family_longest_first_and_the_same_every_time():
     """The shares depend only on the listing: a grouped family (the costliest) is placed first,
     each family's tactics stay together, and the listing order is kept inside a share."""
-    from fp4bench.problems import GemmProblem, GroupedProblem, Origin
-    from fp4bench.worker.protocol import encode_case
+    from fp4bench.workload.problems import GemmProblem, GroupedProblem, Origin
+    from fp4bench.run.worker.protocol import encode_case
 
     dense = [GemmProblem(1, 4096, 6144, Origin(role="a")), GemmProblem(1, 6144, 2048, Origin(role="b")),
              GemmProblem(1, 512, 512, Origin(role="c"))]
@@ -166,7 +166,7 @@ def test_a_gpu_run_that_raises_midway_keeps_what_it_finished(host, capsys, monke
     (["--a-env", "CUDA_VISIBLE_DEVICES=0"], "--a-env CUDA_VISIBLE_DEVICES with --gpus"),
 ])
 def test_gpu_usage_errors_are_one_line_before_any_worker_starts(host, capsys, monkeypatch, extra, message):
-    from fp4bench.worker.pool import Worker
+    from fp4bench.run.worker.pool import Worker
 
     monkeypatch.setattr(Worker, "start", lambda self: pytest.fail("a worker started"))
     assert ab_main(_cli(*extra)) == EXIT_USAGE

@@ -15,8 +15,8 @@ import pytest
 from fp4bench.ab.run import AbConfig, AbRunner, Side
 from fp4bench.gate.rule import RuleSettings
 from fp4bench.measure.timing import TimingConfig
-from fp4bench.sweep import SweepOptions
-from fp4bench.worker.child import Child, operand_digest
+from fp4bench.run.sweep import SweepOptions
+from fp4bench.run.worker.child import Child, operand_digest
 
 FAKES = str(Path(__file__).parent / "fakes")
 SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
@@ -67,7 +67,7 @@ def test_placement_must_be_round_or_process():
 
 def test_by_default_a_process_keeps_its_placement_set_and_the_workers_get_the_copy_rule():
     from fp4bench.ab.run import _init
-    from fp4bench.cli_ab import build_parser
+    from fp4bench.cli.ab import build_parser
 
     cfg = AbConfig(sweep=SWEEP)
     assert cfg.placement == "process" and cfg.min_copies == 4

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from fp4bench.backends.alignment import (CUBLASLT_FP4, CUTLASS_FP4_SM100, FLASHINFER_MXFP4_PAD, Aligned,
                                          AlignmentPolicy, Skipped, align_problem)
-from fp4bench.problems import GemmProblem
-from fp4bench.workloads import decode_problems
+from fp4bench.workload.problems import GemmProblem
+from fp4bench.workload.decode import decode_problems
 
 
 def _by_role(problems):
@@ -85,7 +85,7 @@ def test_qwen3_30b_tp16_down_is_skipped_by_cublaslt():
     role=st.sampled_from(["down", "gate_up", "shared_gate_up", ""]),
 )
 def test_padding_is_minimal_and_aligned(n, k, km, nm, role):
-    from fp4bench.problems import Origin
+    from fp4bench.workload.problems import Origin
 
     pol = AlignmentPolicy("test", k_multiple=km, n_multiple=nm, action="pad", stack="a test stack")
     p = GemmProblem(m=3, n=n, k=k, origin=Origin(role=role))

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-import fp4bench.session
+import fp4bench.plugin.session
 from _benchjson import B200, H200, bench_entry, bench_json, samples
 from fp4bench.backends import registry
 from fp4bench.backends.base import Availability, Prepared, Tactic
-from fp4bench.backends.torch_bf16 import TorchBF16
+from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.cli import main as cli_main
 from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
@@ -233,7 +233,7 @@ def test_compare_baseline_of_unknown_unit_names_it_and_collapses_drift(tmp_path,
     rc, out, _ = _cli(capsys, ["compare", b, n])
     assert rc == 0, out
     lines = out.splitlines()
-    from fp4bench.report import OTHER_UNIT
+    from fp4bench.report.tables import OTHER_UNIT
 
     head = " ".join(ln.strip() for ln in lines[:6])
     assert OTHER_UNIT in out and "another or unknown GPU unit: ±0.6% unit offset" in head
@@ -370,7 +370,7 @@ def test_batch_beyond_the_range_is_refused_before_any_allocation(capsys, argv, c
     (["--seed", str(10 ** 30)], "argument --seed: seed must be in 0..2**63-1, got 10000000000"),
 ], ids=["case-timeout nan", "case-timeout 0", "seed 10**30"])
 def test_ab_values_refused_before_any_worker_starts(capsys, monkeypatch, args, message):
-    import fp4bench.worker.pool as pool
+    import fp4bench.run.worker.pool as pool
 
     def no_worker(*a, **kw):
         raise AssertionError("a worker was started")
@@ -403,13 +403,13 @@ WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, str]] = [
     ("plugin that does not import", lambda tmp: sys.executable, {"plugins": ["no_such_mod"]},
      "side A ({python}) could not start: ValueError: --fp4-plugin: cannot import backend module 'no_such_mod'"),
     ("not a Python interpreter", lambda tmp: "/bin/echo", {},
-     "side A: /bin/echo is not an fp4bench worker: it answered '-m fp4bench.worker' to start"),
+     "side A: /bin/echo is not an fp4bench worker: it answered '-m fp4bench.run.worker' to start"),
 ]
 
 
 @pytest.mark.parametrize(("python", "init", "message"), [r[1:] for r in WORKER_ROWS], ids=[r[0] for r in WORKER_ROWS])
 def test_worker_that_cannot_start_says_why_in_one_line(tmp_path, capfd, python, init, message):
-    from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+    from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
     exe = interpreter(python(tmp_path))
     w = Worker(WorkerSpec(python=exe, init=init, start_timeout_s=120), label="side A")
@@ -635,7 +635,7 @@ def test_pytest_rows(bench, args, edit, code, message):
     assert not (bench.path / "baselines" / "cpu" / APPROVED).exists()
 
 
-_BF16_SUBCLASS = "from fp4bench.backends.torch_bf16 import TorchBF16\n\nclass Odd(TorchBF16):\n"
+_BF16_SUBCLASS = "from fp4bench.backends.builtin.torch_bf16 import TorchBF16\n\nclass Odd(TorchBF16):\n"
 
 # (id, source of the plugin module ``odd_plugin`` (None: none written), args, exit, message)
 SETUP_ROWS: list[tuple[str, str | None, list[str], int, str]] = [
@@ -759,7 +759,7 @@ def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
     def poisoned(st):
         st.health = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
-    monkeypatch.setattr(fp4bench.session.Fp4Session, "check_health", poisoned)
+    monkeypatch.setattr(fp4bench.plugin.session.Fp4Session, "check_health", poisoned)
     res = bench.runpytest(*BF16, "--fp4-save-baseline", "poisoned.json")
     assert res.ret == 1
     sec = json.loads((bench.path / "poisoned.json").read_text())["fp4bench"]

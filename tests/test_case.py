@@ -10,10 +10,10 @@ import torch
 
 from fp4bench.backends.base import Availability, Prepared, Tactic, TacticUnsupported
 from fp4bench.backends.registry import get_backend
-from fp4bench.backends.torch_reference import TorchReference
-from fp4bench.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED, CaseRunner
+from fp4bench.backends.builtin.torch_reference import TorchReference
+from fp4bench.run.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED, CaseRunner
 from fp4bench.measure.timing import TimingConfig
-from fp4bench.problems import GemmProblem, GroupedProblem, Origin
+from fp4bench.workload.problems import GemmProblem, GroupedProblem, Origin
 
 CPU = torch.device("cpu")
 FAST = TimingConfig(mode="cpu", min_samples=3, max_samples=5, time_budget_s=0.0, target_rel_ci=None)
@@ -172,8 +172,8 @@ def test_only_the_reference_opts_out_of_graph_timing():
 def test_moe_reference_carries_the_unquantized_layer_for_the_end_to_end_metric():
     """MoE cases record e2e cosine/SQNR against the bf16 layer, like dense and grouped cases."""
     from fp4bench.measure.verify import cosine
-    from fp4bench.problems import MoEProblem
-    from fp4bench.reference_moe import unquantized_moe
+    from fp4bench.workload.problems import MoEProblem
+    from fp4bench.reference.moe import unquantized_moe
 
     p = MoEProblem(hidden=64, inter=32, num_experts=4, top_k=2, topk_ids=((0, 1), (2, 3), (1, 2), (3, 0)))
     r = _runner()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from _benchjson import B200, H200, bench_entry, bench_json, samples, write
-from fp4bench.cli_compare import compare_main
+from fp4bench.cli.compare import compare_main
 
 NAMES = [f"bench/test_moe.py::test_grouped[ds-v3-b{b}]" for b in (1, 64, 512)]
 

@@ -1,4 +1,4 @@
-"""pytest-benchmark's conventions around fp4bench cases (``fp4bench.plugin_compat``): ignored
+"""pytest-benchmark's conventions around fp4bench cases (``fp4bench.plugin.compat``): ignored
 calibration flags warn once each, pytest-benchmark's own table leaves out what fp4bench prints;
 ``pytest -n`` over plain tests is pytest-xdist's own (``-n`` over benchmark cases:
 test_xdist_gpus.py)."""
@@ -11,7 +11,7 @@ import re
 import pytest
 
 from fp4bench.backends import registry
-from fp4bench.cli_compare import compare_main
+from fp4bench.cli.compare import compare_main
 from fp4bench.gate.store import approve
 from test_plugin import BENCH_FILE, GATE, TINY, _outcomes
 

@@ -1,4 +1,4 @@
-"""What a pytest run of fp4bench cases prints for a CI log (``fp4bench.plugin_console``): progress
+"""What a pytest run of fp4bench cases prints for a CI log (``fp4bench.plugin.console``): progress
 and ETA lines, the results table fitted to 160 characters, skips that name the backend and the
 problem, and a run stopped early (-x, --maxfail, Ctrl-C) reported as "not run", not MISSING."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fp4bench.plugin_console import Tracker, duration, progress_line, results_lines
-from fp4bench.textfit import WIDTH
+from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines
+from fp4bench.report.textfit import WIDTH
 import test_plugin
 from test_plugin import GATE, GATE_IDS, TINY, _baseline, _faster_baseline, _write
 

@@ -16,11 +16,11 @@ from fakes.arch import pretend
 from fakes.checks import assert_matches_reference, excess
 from fakes.decode import FakeContractError, Misread
 from fakes.torch_scaled_mm import FakeTorchScaledMM
-from fp4bench.backends import cublaslt
+from fp4bench.backends.builtin import cublaslt
 from fp4bench.backends.base import TacticUnsupported
-from fp4bench.backends.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4, TorchScaledMMAPI, load_torch_scaled_mm
-from fp4bench.operands import make_operands
-from fp4bench.problems import GemmProblem, GroupedProblem
+from fp4bench.backends.builtin.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4, TorchScaledMMAPI, load_torch_scaled_mm
+from fp4bench.workload.operands import make_operands
+from fp4bench.workload.problems import GemmProblem, GroupedProblem
 
 CPU = torch.device("cpu")
 META = torch.device("meta")

@@ -1,7 +1,7 @@
 """Contract tests of ``flashinfer-cutlass`` against a fake CUTLASS FP4 runner (CPU, no FlashInfer).
 
 The fake (tests/fakes/flashinfer.py) checks what FlashInfer checks and decodes the arguments the
-way its kernels read them; the adapter's output must then equal ``fp4bench.reference`` within the
+way its kernels read them; the adapter's output must then equal ``fp4bench.reference.dense`` within the
 tolerance derived in tests/fakes/checks.py.
 """
 
@@ -14,11 +14,11 @@ from fakes.arch import pretend
 from fakes.checks import assert_matches_reference, excess
 from fakes.decode import FakeContractError, Misread
 from fakes.flashinfer import FakeFlashInfer
-from fp4bench.backends import flashinfer_dense
+from fp4bench.backends.builtin import flashinfer_dense
 from fp4bench.backends.base import TacticUnsupported
-from fp4bench.backends.flashinfer_dense import FlashInferDense
-from fp4bench.operands import make_operands
-from fp4bench.problems import GemmProblem, GroupedProblem
+from fp4bench.backends.builtin.flashinfer_dense import FlashInferDense
+from fp4bench.workload.operands import make_operands
+from fp4bench.workload.problems import GemmProblem, GroupedProblem
 
 CPU = torch.device("cpu")
 # M and N not multiples of 128; K=96 has 6 scale columns (padded to 8), K=64 exactly 4.
@@ -94,7 +94,7 @@ def test_failing_tactic_surfaces_as_tactic_unsupported(monkeypatch, kind, text):
                                              ("RTX PRO 6000", "CtaShape128x128x128B_dp")])
 def test_default_row_runs_what_the_library_runs_without_a_tactic(monkeypatch, gpu, config):
     """The quick run's one row is tactic -1 on every architecture, not tactic 0."""
-    from fp4bench.sweep import quick_tactics
+    from fp4bench.run.sweep import quick_tactics
 
     fake, be = _setup(monkeypatch, gpu)
     problem = GemmProblem(4, 64, 64)

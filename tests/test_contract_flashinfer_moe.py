@@ -21,13 +21,13 @@ import pytest
 import torch
 
 from fp4bench import formats
-from fp4bench.backends import flashinfer_moe as fim
+from fp4bench.backends.builtin import flashinfer_moe as fim
 from fp4bench.backends.base import DEFAULT_TACTIC, Tactic, TacticUnsupported
 from fp4bench.backends.registry import get_backend
 from fp4bench.formats import sm90_interleave as sm90
-from fp4bench.operands import make_operands
-from fp4bench.problems import GemmProblem, MoEProblem
-from fp4bench.reference_moe import moe_error_bound
+from fp4bench.workload.operands import make_operands
+from fp4bench.workload.problems import GemmProblem, MoEProblem
+from fp4bench.reference.moe import moe_error_bound
 
 CPU = torch.device("cpu")
 
@@ -184,7 +184,7 @@ def _matches(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> bool:
     an intermediate bf16 (NVFP4 path: E2M1) rounding. Tier 1 -- 99.9 % of elements within
     2^-8 |ref| + 2^-12 max|ref| -- catches any systematic error (a 1 % scale error fails it
     almost everywhere); tier 2 -- every element within ``moe_error_bound`` (the worst case
-    of (a) + (b) through the magnitudes, reference_moe.py) -- bounds the rare flips.
+    of (a) + (b) through the magnitudes, reference/moe.py) -- bounds the rare flips.
     """
     ref = ref.float()
     err = (out.float() - ref).abs()
@@ -397,7 +397,7 @@ def test_nvfp4_case_runner_checks_against_the_backends_own_reference(monkeypatch
     """CaseRunner (the production path) must model the NVFP4 re-quantized intermediate: with
     the plain bf16-intermediate reference a correct kernel reports hundreds of mismatches."""
     from fakes.arch import pretend
-    from fp4bench.case import MEASURED, CaseRunner
+    from fp4bench.run.case import MEASURED, CaseRunner
     from fp4bench.measure.timing import TimingConfig
 
     pretend(monkeypatch, "B200")

@@ -15,10 +15,10 @@ from fakes.checks import assert_matches_reference, excess
 from fakes.decode import FakeContractError, Misread
 from fakes.sgl_kernel import FakeSglKernel
 from fp4bench import formats
-from fp4bench.backends import sgl_kernel
-from fp4bench.backends.sgl_kernel import SglKernelDense, SglKernelGroup, dense_tile
-from fp4bench.operands import make_operands
-from fp4bench.problems import GemmProblem, GroupedProblem
+from fp4bench.backends.builtin import sgl_kernel
+from fp4bench.backends.builtin.sgl_kernel import SglKernelDense, SglKernelGroup, dense_tile
+from fp4bench.workload.operands import make_operands
+from fp4bench.workload.problems import GemmProblem, GroupedProblem
 
 CPU = torch.device("cpu")
 DENSE = [GemmProblem(200, 96, 96), GemmProblem(1, 64, 64), GemmProblem(300, 160, 256)]

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from fp4bench.backends.base import Prepared, Tactic
-from fp4bench.backends.torch_bf16 import TorchBF16
-from fp4bench.case import CaseRunner, copy_bytes, measurement_of, operand_copy
+from fp4bench.backends.builtin.torch_bf16 import TorchBF16
+from fp4bench.run.case import CaseRunner, copy_bytes, measurement_of, operand_copy
 from fp4bench.measure.copies import MAX_COPIES, MEMORY_FRACTION, copy_count
 from fp4bench.measure.timing import TimingConfig
-from fp4bench.operands import make_operands
-from fp4bench.problems import GemmProblem, GroupedProblem, Origin
+from fp4bench.workload.operands import make_operands
+from fp4bench.workload.problems import GemmProblem, GroupedProblem, Origin
 
 GIB = 1 << 30
 H200_L2 = 62914560  # bytes, the fingerprint's l2_bytes
@@ -136,7 +136,7 @@ def test_the_copy_rule_is_part_of_the_measurement():
 
 
 def test_an_isolated_run_records_the_rule_its_worker_uses():
-    from fp4bench.worker.pool import IsolatedRunner, WorkerSpec
+    from fp4bench.run.worker.pool import IsolatedRunner, WorkerSpec
 
     init = {"device": "cuda:0", "cold_l2": True, "timing": {"mode": "graph"}, "min_copies": 5}
     assert IsolatedRunner(WorkerSpec(init=init)).measurement()["min_copies"] == 5

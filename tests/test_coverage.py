@@ -12,14 +12,14 @@ import pytest
 import test_plugin
 from _benchjson import bench_entry, bench_json, samples
 from fp4bench.backends.base import DEFAULT_TACTIC, Tactic
-from fp4bench.cli_compare import EXIT_INCOMPLETE, compare_main
+from fp4bench.cli.compare import EXIT_INCOMPLETE, compare_main
 from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.coverage import Scope
 from fp4bench.gate.verdict import Policy, Status, compare
-from fp4bench.linelog import LineLog
-from fp4bench.report import verdict_message, verdict_summary, verdict_table
-from fp4bench.sweep import SweepOptions, selection_of
-from fp4bench.textfit import WIDTH
+from fp4bench.run.linelog import LineLog
+from fp4bench.report.tables import verdict_message, verdict_summary, verdict_table
+from fp4bench.run.sweep import SweepOptions, selection_of
+from fp4bench.report.textfit import WIDTH
 from test_plugin import GATE, _baseline, _write
 
 pytest_plugins = ["pytester"]
@@ -138,8 +138,8 @@ def test_given_backends_narrow_what_is_expected_and_a_lost_tactic_inside_still_f
 def test_a_backend_left_unnamed_on_its_named_only_device_is_not_selected_not_missing():
     """torch-reference on a GPU runs only when named: a baseline that has its rows (recorded
     before, or with it named) judges a default run without them as not selected, never missing."""
-    from fp4bench.backends.torch_reference import TorchReference
-    from fp4bench.sweep import unnamed_backends
+    from fp4bench.backends.builtin.torch_reference import TorchReference
+    from fp4bench.run.sweep import unnamed_backends
 
     rng = np.random.default_rng(9)
     base = parse_baseline(bench_json(

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from fp4bench.backends.base import DEFAULT_TACTIC
-from fp4bench.case import FAILED, MEASURED, CaseRunner
+from fp4bench.run.case import FAILED, MEASURED, CaseRunner
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.measure.verify import ALL_ZERO, MISMATCH, NAN_INF, UNWRITTEN
-from fp4bench.problems import GemmProblem
+from fp4bench.workload.problems import GemmProblem
 from fp4bench.testing import faults
 
 CPU = torch.device("cpu")

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from fp4bench.cli_fidelity import fidelity_main
+from fp4bench.cli.fidelity import fidelity_main
 from fp4bench.measure.fidelity import FidelityRow, format_row, run, split_interleaved
 
 

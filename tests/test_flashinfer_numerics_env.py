@@ -8,11 +8,11 @@ import pytest
 
 from fakes import flashinfer_releases as releases
 from fakes.flashinfer_moe import FakeFusedMoE
-from fp4bench.backends import _numerics_env as numerics_env
+from fp4bench.backends.builtin import _numerics_env as numerics_env
 from fp4bench.backends.base import Prepared
-from fp4bench.backends.flashinfer_moe import FlashInferCutlassMoENVFP4
+from fp4bench.backends.builtin.flashinfer_moe import FlashInferCutlassMoENVFP4
 from fp4bench.env import collect_fingerprint
-from fp4bench.report import describe_changes
+from fp4bench.report.tables import describe_changes
 
 
 def test_the_fingerprint_records_the_set_variables_and_the_gate_names_a_difference(monkeypatch):

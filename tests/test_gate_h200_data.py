@@ -24,7 +24,7 @@ import pytest
 from fp4bench.gate.baseline import load_baseline
 from fp4bench.gate.power import detection_power
 from fp4bench.gate.verdict import Policy, Status, compare, judge
-from fp4bench.report import verdict_message
+from fp4bench.report.tables import verdict_message
 
 DATA = Path(__file__).parent / "data"
 ACCEPT = 0.95  # the share of a slowdown the gate must catch

@@ -1,4 +1,4 @@
-"""Gating of the Blackwell-only FP4 backends, and the shared helpers in ``backends/_gating.py``.
+"""Gating of the Blackwell-only FP4 backends, and the shared helpers in ``backends/builtin/_gating.py``.
 
 The rule under test: ``availability`` decides from the device, its compute capability and
 installed versions, in that order, and calls no library function before the capability check.
@@ -16,10 +16,13 @@ from fakes.arch import pretend
 from fakes.flashinfer import FakeFlashInfer
 from fakes.sgl_kernel import FakeSglKernel
 from fakes.torch_scaled_mm import FakeTorchScaledMM
-from fp4bench.backends import _gating, cublaslt, flashinfer_dense, sgl_kernel
-from fp4bench.backends.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4
-from fp4bench.backends.flashinfer_dense import VERIFIED_TABLES, FlashInferDense, default_config, tactic_configs
-from fp4bench.backends.sgl_kernel import SglKernelDense, SglKernelGroup
+from fp4bench.backends.builtin import _gating
+from fp4bench.backends.builtin import cublaslt
+from fp4bench.backends.builtin import flashinfer_dense
+from fp4bench.backends.builtin import sgl_kernel
+from fp4bench.backends.builtin.cublaslt import CublasLtV1, CublasLtV2, CublasLtV2MXFP4
+from fp4bench.backends.builtin.flashinfer_dense import VERIFIED_TABLES, FlashInferDense, default_config, tactic_configs
+from fp4bench.backends.builtin.sgl_kernel import SglKernelDense, SglKernelGroup
 
 CUDA = torch.device("cuda")
 
@@ -190,7 +193,7 @@ def test_unknown_tables_say_why_the_config_is_unknown():
 def test_tactics_come_from_the_runner(monkeypatch):
     pretend(monkeypatch, "GB10")
     fake = FakeFlashInfer()
-    from fp4bench.problems import GemmProblem
+    from fp4bench.workload.problems import GemmProblem
 
     tactics = FlashInferDense(api=fake.api()).tactics(GemmProblem(8, 64, 64), CUDA)
     assert [t.value for t in tactics] == [-1] + list(range(32))

@@ -38,7 +38,7 @@ def sm90():
 
 @pytest.fixture(scope="module")
 def runner(sm90):
-    from fp4bench.backends.flashinfer_moe import FlashInferMoEApi
+    from fp4bench.backends.builtin.flashinfer_moe import FlashInferMoEApi
 
     try:
         return FlashInferMoEApi().tactic_runner("90", torch.bfloat16, torch.uint8, 8, True)
@@ -48,7 +48,7 @@ def runner(sm90):
 
 
 def test_tactic_counts_match_the_derived_table(runner):
-    from fp4bench.backends.flashinfer_moe import sm90_w4a16_tactic_descriptions
+    from fp4bench.backends.builtin.flashinfer_moe import sm90_w4a16_tactic_descriptions
 
     n1, n2 = int(runner.get_gemm1_tactic_count()), int(runner.get_gemm2_tactic_count())
     assert n1 == n2 == len(sm90_w4a16_tactic_descriptions()) == 116
@@ -57,7 +57,7 @@ def test_tactic_counts_match_the_derived_table(runner):
 
 
 def test_interleave_models_equal_flashinfer(runner):
-    from fp4bench.backends.flashinfer_moe import FlashInferMoEApi
+    from fp4bench.backends.builtin.flashinfer_moe import FlashInferMoEApi
     from fp4bench.formats.sm90_interleave import sm90_interleave_fp4_weights, sm90_interleave_mxfp4_scales
 
     g = torch.Generator(device=DEV).manual_seed(3)
@@ -69,11 +69,11 @@ def test_interleave_models_equal_flashinfer(runner):
 
 def test_every_tactic_is_correct_on_a_glm5_layer(runner):
     from fp4bench.backends.base import DEFAULT_TACTIC, TacticUnsupported
-    from fp4bench.backends.flashinfer_moe import FlashInferCutlassMoEW4A16
+    from fp4bench.backends.builtin.flashinfer_moe import FlashInferCutlassMoEW4A16
     from fp4bench.measure.verify import check_case
-    from fp4bench.operands import make_operands
-    from fp4bench.problems import MoEProblem, Origin
-    from fp4bench.reference_moe import moe_error_bound, unquantized_moe
+    from fp4bench.workload.operands import make_operands
+    from fp4bench.workload.problems import MoEProblem, Origin
+    from fp4bench.reference.moe import moe_error_bound, unquantized_moe
 
     g = torch.Generator().manual_seed(0)
     tokens, inter = 16, 256

@@ -62,7 +62,7 @@ def test_a_pinned_worker_polls_nvml_for_its_own_gpu(four, monkeypatch):
     """The worker's telemetry sampler reads the NVML device of its pinned GPU, not NVML device 0."""
     import dataclasses
 
-    from fp4bench.worker.child import Child
+    from fp4bench.run.worker.child import Child
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cc33")
     child = Child({"device": "cpu", "seed": 0})

@@ -7,7 +7,7 @@ import pytest
 from fp4bench.gpus.devices import Gpu
 from fp4bench.gpus.partition import assign, family_cost, partition
 from fp4bench.gpus.select import one_model, select_gpus
-from fp4bench.problems import GemmProblem, GroupedProblem
+from fp4bench.workload.problems import GemmProblem, GroupedProblem
 
 
 def test_longest_first_onto_the_least_loaded_gpu():

@@ -1,4 +1,4 @@
-"""Cases in worker processes (``fp4bench.worker``): abort, hang and a poisoned CUDA context each
+"""Cases in worker processes (``fp4bench.run.worker``): abort, hang and a poisoned CUDA context each
 cost only their own case; the run continues with a fresh worker and the line log keeps every
 finished case, also when the run itself is killed with SIGKILL."""
 
@@ -17,17 +17,17 @@ import pytest
 
 from _benchjson import bench_entry
 from _wrapped import unwrapped
-from fp4bench import cli_compare
+from fp4bench.cli import compare as cli_compare
 from fp4bench.backends.base import DEFAULT_TACTIC
-from fp4bench.case import FAILED, CaseResult
+from fp4bench.run.case import FAILED, CaseResult
 from fp4bench.gate.baseline import make_section
-from fp4bench.linelog import LineLog, read_line_log
+from fp4bench.run.linelog import LineLog, read_line_log
 from fp4bench.measure.timing import TimingResult
 from fp4bench.measure.verify import CheckResult
-from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
+from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
 from fp4bench.testing import faults
-from fp4bench.worker import protocol
-from fp4bench.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter
+from fp4bench.run.worker import protocol
+from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter
 
 pytest_plugins = ["pytester"]
 FAKE_CHILD = Path(__file__).parent / "fakes" / "fake_worker.py"

@@ -1,4 +1,4 @@
-"""``fp4bench.jit_cache``: a FlashInfer case whose JIT module is not built skips, naming `fp4bench prepare`."""
+"""``fp4bench.backends.jit_cache``: a FlashInfer case whose JIT module is not built skips, naming `fp4bench prepare`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from fp4bench import jit_cache
+from fp4bench.backends import jit_cache
 
 
 class _Spec:

@@ -11,7 +11,7 @@ import pytest
 
 from _benchjson import H200, bench_entry, bench_json, samples, write
 from fp4bench.cli import main
-from fp4bench.cli_compare import compare_main
+from fp4bench.cli.compare import compare_main
 from fp4bench.gate.baseline import MAX_SAMPLE_S, MIN_SAMPLE_S, BaselineError, check_samples, parse_baseline
 from fp4bench.gate.store import approve
 

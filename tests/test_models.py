@@ -18,7 +18,7 @@ from fp4bench.models import (
     list_models,
     sourced_values,
 )
-from fp4bench.problems import BYTES_PER_ELEMENT
+from fp4bench.workload.problems import BYTES_PER_ELEMENT
 
 # published config.json values, transcribed by hand:
 # H, I, E, top-k, shared count, shared intermediate, MoE layers, layers, native format,

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fp4bench import formats
-from fp4bench.operands import FP8_MAX, FP8Rowwise, dequantize, fp8_rowwise_quantize, make_operands, quantize
-from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem
-from fp4bench.reference import (decoded_activations, decoded_weights, expert_slice, reference_gemm,
+from fp4bench.workload.operands import FP8_MAX, FP8Rowwise, dequantize, fp8_rowwise_quantize, make_operands, quantize
+from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem
+from fp4bench.reference.dense import (decoded_activations, decoded_weights, expert_slice, reference_gemm,
                                 unquantized_gemm)
 
 DENSE = GemmProblem(24, 40, 64)
@@ -149,7 +149,7 @@ def test_moe_operands_shapes_and_routing():
 @pytest.mark.parametrize("fmt, per_expert", [("nvfp4", True), ("nvfp4", False), ("mxfp4", False), ("fp8", False)])
 def test_chunked_quantization_is_bit_identical(monkeypatch, fmt, per_expert):
     """Large operands are quantized in expert chunks (memory); the bytes must not change."""
-    import fp4bench.operands as o
+    import fp4bench.workload.operands as o
 
     x = (torch.randn(12, 32, 64, generator=torch.Generator().manual_seed(5)) * 3).to(torch.bfloat16)
     whole = o.quantize(x, fmt, per_expert)

@@ -9,7 +9,7 @@ import pytest
 
 from fp4bench.gate.verdict import Policy
 from fp4bench.models import list_models
-from fp4bench.options import (BASELINES, GATE, SWEEP, add_options, alpha, int_list, parse_ints, parse_kinds,
+from fp4bench.options.registry import (BASELINES, GATE, SWEEP, add_options, alpha, int_list, parse_ints, parse_kinds,
                               parse_models, parse_routings, parse_tps, percent, policy_kwargs, positive_seconds)
 
 def test_parse_models():
@@ -102,7 +102,7 @@ def test_one_definition_two_spellings():
 def test_drift_and_alpha_are_deprecated_warn_once_and_change_nothing():
     import warnings
 
-    import fp4bench.deprecated as dep
+    import fp4bench.options.deprecated as dep
     from fp4bench.gate.verdict import Policy
 
     dep._SAID.difference_update({"drift", "alpha"})

@@ -14,14 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fp4bench.case  # noqa: F401  (imported once here, not by each inline pytest run)
+import fp4bench.run.case  # noqa: F401  (imported once here, not by each inline pytest run)
 import fp4bench.gate.verdict  # noqa: F401
-import fp4bench.report  # noqa: F401
-import fp4bench.sweep  # noqa: F401
+import fp4bench.report.tables  # noqa: F401
+import fp4bench.run.sweep  # noqa: F401
 from _benchjson import H200, bench_entry, bench_json, samples, write
-from fp4bench import cli, cli_ab, cli_compare, cli_report
+from fp4bench import cli
+from fp4bench.cli import ab as cli_ab
+from fp4bench.cli import compare as cli_compare
+from fp4bench.cli import report as cli_report
 from fp4bench.gate.baseline import BaselineError
-from fp4bench.linelog import LineLog, read_line_log
+from fp4bench.run.linelog import LineLog, read_line_log
 from fp4bench.outputs import OutputError, check_output, temp_path, write_atomic
 
 pytest_plugins = ["pytester"]

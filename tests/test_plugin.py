@@ -20,20 +20,20 @@ import torch
 # Imported here, not first inside an inner run: pytester drops modules an inline run imported, so
 # each run would re-import them (scipy.stats alone takes seconds), and the fault backends would be
 # new objects every time.
-import fp4bench.case  # noqa: F401
+import fp4bench.run.case  # noqa: F401
 import fp4bench.env  # noqa: F401
 import fp4bench.gate.verdict  # noqa: F401
 import fp4bench.measure.peaks  # noqa: F401
-import fp4bench.report  # noqa: F401
-import fp4bench.sweep  # noqa: F401
+import fp4bench.report.tables  # noqa: F401
+import fp4bench.run.sweep  # noqa: F401
 import fp4bench.testing.faults  # noqa: F401
 from _benchjson import H200, bench_entry, bench_json
 from _wrapped import unwrapped
 from fp4bench.backends import registry
 from fp4bench.backends.base import Availability, Prepared, Tactic
-from fp4bench.backends.torch_bf16 import TorchBF16
-from fp4bench.plugin_console import problem_label
-from fp4bench.sweep import SweepOptions, problems_for
+from fp4bench.backends.builtin.torch_bf16 import TorchBF16
+from fp4bench.plugin.console import problem_label
+from fp4bench.run.sweep import SweepOptions, problems_for
 
 pytest_plugins = ["pytester"]
 
@@ -179,7 +179,7 @@ def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
     assert skipped >= 5  # cuBLASLt, FlashInfer, sgl-kernel (dense and grouped), torch-fp8
     assert ("SKIPPED [1] test_fp4_gemm.py:10: flashinfer-cutlass on glm-5 b1 tp8 shared_down M=1 N=6144 K=256: "
             "no CUDA device\n") in out
-    assert "plugin.py" not in out  # no skip is reported at the line of the plugin that raised it
+    assert "plugin/hooks.py" not in out  # no skip is reported at the line of the plugin that raised it
     # grouped GLM-5 layers are too big to draw on a CPU: skipped, with the size
     grouped_rows = [b for b in registry.all_backends() if "grouped" in b.kinds and b.availability(cpu).ok]
     sizes = re.findall(r"^SKIPPED \[1\] test_fp4_gemm.py:15: (\S+) on glm-5 b1 tp8 \w+ M=8 \(8 of 256 experts\) "

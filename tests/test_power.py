@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from _benchjson import B200, H200, bench_entry, bench_json, samples, write
-from fp4bench.cli_power import power_main
+from fp4bench.cli.power import power_main
 from fp4bench.gate.baseline import load_baseline
 from fp4bench.gate.power import detection_power, scaled
 

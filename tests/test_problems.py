@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
+from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
 
 DENSE = GemmProblem(m=4, n=512, k=256, origin=Origin(role="shared_down"))
 GROUPED = GroupedProblem(tokens_per_expert=(3, 0, 5), n=64, k=128, origin=Origin(role="gate_up"))

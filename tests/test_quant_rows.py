@@ -12,20 +12,20 @@ from fakes import flashinfer_releases as releases
 from fakes.arch import pretend
 from fakes.quantize import ISSUE_3398_M, FakeQuantizer, encode, swizzle
 from fp4bench import formats
-from fp4bench.backends._quant import QuantOutput
-from fp4bench.backends.e2e import PAIRS, EndToEnd
-from fp4bench.backends.flashinfer_dense import FlashInferDense
-from fp4bench.backends.flashinfer_quant import (FlashInferFp4Quantize, FlashInferNvfp4Quantize,
+from fp4bench.backends.builtin._quant import QuantOutput
+from fp4bench.backends.builtin.e2e import PAIRS, EndToEnd
+from fp4bench.backends.builtin.flashinfer_dense import FlashInferDense
+from fp4bench.backends.builtin.flashinfer_quant import (FlashInferFp4Quantize, FlashInferNvfp4Quantize,
                                                 FlashInferQuantAPI)
-from fp4bench.backends.sgl_kernel_quant import SglKernelFp4Quant, SglQuantAPI
-from fp4bench.case import FAILED, MEASURED, CaseRunner
+from fp4bench.backends.builtin.sgl_kernel_quant import SglKernelFp4Quant, SglQuantAPI
+from fp4bench.run.case import FAILED, MEASURED, CaseRunner
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.measure.verify_quant import (OK, WRONG_GLOBAL_SCALE, WRONG_PAYLOAD, WRONG_SCALES, ZERO_SCALES,
                                            compare_quantized)
-from fp4bench.operands import make_operands
-from fp4bench.problems import GemmProblem, MoEProblem, Origin, QuantProblem, quant_problems
-from fp4bench.sweep import SweepOptions, problems_for
-from fp4bench.worker.protocol import decode_problem, encode_problem
+from fp4bench.workload.operands import make_operands
+from fp4bench.workload.problems import GemmProblem, MoEProblem, Origin, QuantProblem, quant_problems
+from fp4bench.run.sweep import SweepOptions, problems_for
+from fp4bench.run.worker.protocol import decode_problem, encode_problem
 
 CPU = torch.device("cpu")
 FAST = TimingConfig(mode="cpu", warmup_calls=0, min_samples=3, max_samples=3, time_budget_s=0.0,

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from fp4bench import formats
-from fp4bench.operands import Operands, dequantize, make_operands
-from fp4bench.problems import GemmProblem, MoEProblem
-from fp4bench.reference_moe import reference_moe, routed_intermediate_amax, unquantized_moe
+from fp4bench.workload.operands import Operands, dequantize, make_operands
+from fp4bench.workload.problems import GemmProblem, MoEProblem
+from fp4bench.reference.moe import reference_moe, routed_intermediate_amax, unquantized_moe
 
 
 def _problem(t: int = 6, e: int = 5, k: int = 2, h: int = 64, i: int = 32, seed: int = 0) -> MoEProblem:
@@ -137,7 +137,7 @@ def test_bad_inputs_name_the_problem() -> None:
 def test_error_bound_covers_the_roundings_it_models() -> None:
     """Dropping every intermediate rounding moves the result by less than the bound, which
     allows one full bf16 ulp per intermediate (each rounding is at most half of one)."""
-    from fp4bench.reference_moe import moe_error_bound
+    from fp4bench.reference.moe import moe_error_bound
 
     ops = make_operands(_problem(t=8, h=128, i=64), "bf16", "mxfp4", seed=8)
     ref = reference_moe(ops, intermediate="bf16")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4bench import cli_shapes
+from fp4bench.cli import shapes as cli_shapes
 from fp4bench.measure.peaks import PEAKS, gpu_by_name, known_gpus
 
 #: memory per GPU: NVIDIA datasheets (H100/H200: HBM3/HBM3e; B200/GB200/B300/GB300: HBM3e;

@@ -8,9 +8,9 @@ import torch
 
 from fp4bench.backends import registry
 from fp4bench.backends.base import DEFAULT_TACTIC
-from fp4bench.case import MEASURED, CaseRunner
+from fp4bench.run.case import MEASURED, CaseRunner
 from fp4bench.measure.timing import TimingConfig
-from fp4bench.problems import GemmProblem
+from fp4bench.workload.problems import GemmProblem
 from fp4bench.testing import slowdown
 from fp4bench.testing.slowdown import ENV, Calibration, Slowed, Spin, parse_spec, solve_cycles
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fakes.dists import make_venv, make_wheel
-from fp4bench.cli_stack import installed, read_pins
+from fp4bench.cli.stack import installed, read_pins
 
 yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +194,7 @@ def test_nightly_without_a_stack_file_stops_with_the_way_to_write_it(world, gate
 
 
 def test_stack_check_lists_what_differs(world, gate, capsys):
-    from fp4bench.cli_stack import stack_main
+    from fp4bench.cli.stack import stack_main
 
     ws = world["ws"]
     assert stack_main(["freeze", "--file", str(ws / "stack" / "r1.txt"), "--python", str(ws / ".venv-candidate"),

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from fp4bench.backends.base import Availability, Tactic
-from fp4bench.backends.torch_reference import TorchReference
-from fp4bench.problems import GemmProblem
-from fp4bench.sweep import (CPU_OPERAND_LIMIT_BYTES, FULL_DENSE_M, CaseSpec, SweepOptions, cases_for,
+from fp4bench.backends.builtin.torch_reference import TorchReference
+from fp4bench.workload.problems import GemmProblem
+from fp4bench.run.sweep import (CPU_OPERAND_LIMIT_BYTES, FULL_DENSE_M, CaseSpec, SweepOptions, cases_for,
                             operand_bytes, problems_for, quick_tactics)
-from fp4bench.workloads import decode_problems
+from fp4bench.workload.decode import decode_problems
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")  # only its .type is read by cases_for; no CUDA needed

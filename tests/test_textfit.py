@@ -1,4 +1,4 @@
-"""Tables that fit a CI log (``fp4bench.textfit``): at most 160 characters a line, what every
+"""Tables that fit a CI log (``fp4bench.report.textfit``): at most 160 characters a line, what every
 row shares said once above the table, long names split at dashes, notes under their row."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 from _benchjson import H200, bench_entry, bench_json, samples
 from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.verdict import Policy, compare
-from fp4bench.report import verdict_table
-from fp4bench.textfit import WIDTH, common_parts, common_prefix, fit_table
+from fp4bench.report.tables import verdict_table
+from fp4bench.report.textfit import WIDTH, common_parts, common_prefix, fit_table
 
 
 def _width(text: str) -> int:

@@ -8,10 +8,10 @@ import torch
 
 from fp4bench.backends.base import DEFAULT_TACTIC
 from fp4bench.backends.registry import all_backends, get_backend
-from fp4bench.case import MEASURED, CaseRunner
+from fp4bench.run.case import MEASURED, CaseRunner
 from fp4bench.measure.timing import TimingConfig
-from fp4bench.operands import make_operands
-from fp4bench.problems import GemmProblem, GroupedProblem
+from fp4bench.workload.operands import make_operands
+from fp4bench.workload.problems import GemmProblem, GroupedProblem
 
 CPU = torch.device("cpu")
 FAST = TimingConfig(mode="cpu", warmup_calls=1, min_samples=3, max_samples=3, time_budget_s=0.0,
@@ -78,7 +78,7 @@ def test_fp8_row_is_gated_on_cpu_with_a_reason():
 
 
 def test_moe_problems_are_not_run_by_the_torch_rows():
-    from fp4bench.problems import MoEProblem
+    from fp4bench.workload.problems import MoEProblem
 
     p = MoEProblem(hidden=32, inter=16, num_experts=2, top_k=1, topk_ids=((0,), (1,)))
     for name in ("torch-bf16", "torch-reference", "torch-fp8"):

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp4bench.cli_compare import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
-from fp4bench.cli_units import units_main
+from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from fp4bench.cli.units import units_main
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gpus.devices import Gpu
 from fp4bench.units.estimate import against_siblings, sibling_base
@@ -195,7 +195,7 @@ def test_equal_units_pass(host, capsys):
 
 
 def test_one_gpu_has_nothing_to_compare(host, capsys, monkeypatch, tmp_path):
-    from fp4bench.worker.pool import Worker
+    from fp4bench.run.worker.pool import Worker
 
     monkeypatch.setattr(Worker, "start", lambda self: pytest.fail("a worker started"))
     out = tmp_path / "one.json"
@@ -213,7 +213,7 @@ def test_one_gpu_has_nothing_to_compare(host, capsys, monkeypatch, tmp_path):
     (["--batches", "0"], "--batches: values must be positive"),
 ])
 def test_usage_errors_are_one_line_before_any_worker_starts(host, capsys, monkeypatch, extra, message):
-    from fp4bench.worker.pool import Worker
+    from fp4bench.run.worker.pool import Worker
 
     monkeypatch.setattr(Worker, "start", lambda self: pytest.fail("a worker started"))
     assert units_main(_cli(*extra)) == EXIT_USAGE

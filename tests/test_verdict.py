@@ -20,7 +20,7 @@ from fp4bench.gate.verdict import (
     compare,
     judge,
 )
-from fp4bench.report import verdict_message
+from fp4bench.report.tables import verdict_message
 
 MED = 23.1e-6  # a decode-sized FP4 GEMM, seconds
 
@@ -111,7 +111,7 @@ def test_four_percent_fails_on_the_same_unit_and_is_less_sensitive_on_another():
     widens the interval: AMBIGUOUS, and the header says so. The threshold itself is the same."""
     from dataclasses import replace
 
-    from fp4bench.report import OTHER_UNIT, verdict_table
+    from fp4bench.report.tables import OTHER_UNIT, verdict_table
 
     def run(base_uuid, cur_uuid, factor=1.04):
         rng = np.random.default_rng(4)
@@ -160,7 +160,7 @@ def test_noise_only_raises_the_evidence_needed():
 
 
 def test_a_recorded_noise_floor_no_longer_applies_and_says_so():
-    import fp4bench.deprecated as dep
+    import fp4bench.options.deprecated as dep
 
     dep._SAID.discard("noise_floor")
     with warnings.catch_warnings(record=True) as seen:
@@ -212,7 +212,7 @@ def test_judge_and_compare_decide_every_benchmark_alike():
 
 
 def test_a_one_window_baseline_is_named_in_the_report():
-    from fp4bench.report import verdict_table
+    from fp4bench.report.tables import verdict_table
 
     rng = np.random.default_rng(17)
     single = make_baseline([bench_entry("t", samples(rng, MED, 0.01))])

@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 
 from fp4bench.backends.registry import all_backends, get_backend
-from fp4bench.case import CaseRunner
+from fp4bench.run.case import CaseRunner
 from fp4bench.measure.timing import TimingConfig
-from fp4bench.sweep import SweepOptions, cases_for
-from fp4bench.windows import take_window
-from fp4bench.worker.child import operand_digest
+from fp4bench.run.sweep import SweepOptions, cases_for
+from fp4bench.run.windows import take_window
+from fp4bench.run.worker.child import operand_digest
 
 
 def test_each_window_times_the_same_bytes_in_new_operands():

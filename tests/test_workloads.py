@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fp4bench.models import get_model, list_models
-from fp4bench.problems import GemmProblem, GroupedProblem, MoEProblem
-from fp4bench.workloads import (
+from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem
+from fp4bench.workload.decode import (
     Routing,
     arithmetic_intensity,
     decode_problems,
@@ -137,7 +137,7 @@ def test_zipf_routing_follows_popularity():
     # inclusion frequency must rank experts like their Zipf weight (monotone in weight)
     import torch
 
-    from fp4bench.workloads import zipf_popularity
+    from fp4bench.workload.decode import zipf_popularity
 
     weights = zipf_popularity(32, 1.2, torch.Generator().manual_seed(5))
     counts = tokens_per_expert(route_tensor(4000, 32, 4, "zipf:1.2", seed=5), 32)
@@ -149,7 +149,7 @@ def test_zipf_hot_expert_depends_on_seed():
     # ranks are a seeded permutation: the hottest expert is not always id 0
     import torch
 
-    from fp4bench.workloads import zipf_popularity
+    from fp4bench.workload.decode import zipf_popularity
 
     hottest = {int(zipf_popularity(64, 1.2, torch.Generator().manual_seed(s)).argmax()) for s in range(10)}
     assert len(hottest) > 3

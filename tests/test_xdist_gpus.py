@@ -1,4 +1,4 @@
-"""``pytest bench -n N`` over the GPUs of one host, end to end on CPU (``fp4bench.plugin_xdist``).
+"""``pytest bench -n N`` over the GPUs of one host, end to end on CPU (``fp4bench.plugin.xdist``).
 
 A child ``pytest bench`` runs with two fake GPUs (``FP4BENCH_FAKE_GPUS``) and the ``fakegpu``
 test plugin (tests/fakes/fakegpu.py): each xdist worker is pinned to one fake UUID through

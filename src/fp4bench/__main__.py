@@ -1,3 +1,3 @@
-from fp4bench.cli import main
+from fp4bench.cli.main import main
 
 raise SystemExit(main())

@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from fp4bench.backends import _numerics_env as numerics_env
+from fp4bench.backends.builtin import _numerics_env as numerics_env
 
 #: Keys that must be equal between a baseline and the current run (the GPU model).
 MUST_MATCH: tuple[str, ...] = ("gpu_slug", "compute_capability")

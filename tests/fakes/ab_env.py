@@ -18,7 +18,7 @@ import time
 import torch
 
 from fp4bench.backends.base import Availability, Tactic
-from fp4bench.backends.torch_bf16 import TorchBF16
+from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 
 if os.environ.get("FAKE_PIN_LOG"):
     with open(os.environ["FAKE_PIN_LOG"], "a") as log:

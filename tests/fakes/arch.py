@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4bench.backends import _gating
+from fp4bench.backends.builtin import _gating
 
 GPUS = {
     "H200": _gating.DeviceInfo(9, 0, "NVIDIA H200"),

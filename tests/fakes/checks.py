@@ -1,4 +1,4 @@
-"""Compare an adapter's output with ``fp4bench.reference`` under a tolerance derived from the formats.
+"""Compare an adapter's output with ``fp4bench.reference.dense`` under a tolerance derived from the formats.
 
 Derivation. Both sides decode exactly (an E2M1 value times an E4M3/E8M0 scale is exact in fp32).
 Then, with u = 2^-24 (fp32 unit roundoff) and mag = sum_k |a_k| |w_k| (decoded operands):
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from fp4bench.operands import Operands
-from fp4bench.problems import GroupedProblem
-from fp4bench.reference import decoded_activations, decoded_weights, reference_gemm
+from fp4bench.workload.operands import Operands
+from fp4bench.workload.problems import GroupedProblem
+from fp4bench.reference.dense import decoded_activations, decoded_weights, reference_gemm
 
 U32 = 2.0 ** -24
 BF16_ROUNDING = 2.0 ** -8
@@ -55,4 +55,4 @@ def assert_matches_reference(out: torch.Tensor, ops: Operands, roundings: int = 
     assert bool(torch.isfinite(out).all()), "non-finite output"
     assert float(out.float().norm()) > 0, "all-zero output"
     worst = excess(out, ops, roundings)
-    assert worst <= 1.0, f"output differs from fp4bench.reference by {worst:.3g}x the derived tolerance"
+    assert worst <= 1.0, f"output differs from fp4bench.reference.dense by {worst:.3g}x the derived tolerance"

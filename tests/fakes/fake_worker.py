@@ -1,5 +1,5 @@
-"""A stand-in for ``python -m fp4bench.worker`` that speaks the protocol without torch, so the
-parent side (``fp4bench.worker.pool``) is tested in milliseconds. What it does with a case is
+"""A stand-in for ``python -m fp4bench.run.worker`` that speaks the protocol without torch, so the
+parent side (``fp4bench.run.worker.pool``) is tested in milliseconds. What it does with a case is
 named by the case's backend (``fault-`` prefix optional): ``abort`` calls os.abort(), ``hang`` sleeps, ``sticky`` answers
 a fatal (poisoned-context) reply and exits, ``sticky-linger`` does too but leaves a child holding its stdout
 open for a second (its EOF then reaches the parent after a replacement has started), anything else answers

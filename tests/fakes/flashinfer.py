@@ -39,7 +39,7 @@ import torch
 
 from fakes import flashinfer_releases as releases
 from fakes.decode import EXACT, FakeContractError, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
-from fp4bench.backends.flashinfer_dense import FlashInferAPI
+from fp4bench.backends.builtin.flashinfer_dense import FlashInferAPI
 
 _SM100_TILES = ("128x64x128B", "128x256x128B", "128x128x256B", "128x256x256B")
 _SM100_CLUSTERS = ("1x1x1", "1x2x1", "2x1x1", "2x2x1", "1x4x1", "4x2x1", "2x4x1", "4x4x1")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from fakes.decode import EXACT, Misread, dequant, pad, read_scales, require, same_device, write
-from fp4bench.backends.sgl_kernel import SglKernelAPI
+from fp4bench.backends.builtin.sgl_kernel import SglKernelAPI
 
 
 def _check_input(t: torch.Tensor, dtype: torch.dtype, name: str) -> None:

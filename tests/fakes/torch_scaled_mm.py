@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from fakes.decode import EXACT, FakeContractError, Misread, dequant, pad, raw_bytes, read_scales, require, same_device, write
-from fp4bench.backends.cublaslt import TorchScaledMMAPI
+from fp4bench.backends.builtin.cublaslt import TorchScaledMMAPI
 
 TENSORWISE, BLOCK16, BLOCK32 = 0, 2, 3
 NO_SWIZZLE, SWIZZLE_32_4_4 = 0, 1

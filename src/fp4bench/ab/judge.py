@@ -27,8 +27,8 @@ from fp4bench.env import Fingerprint
 from fp4bench.gate import rule
 from fp4bench.gate.baseline import Baseline, BenchmarkRecord, availability_value
 from fp4bench.gate.verdict import DISPATCH, KERNEL_CHANGE, TIMING, CompareResult, Policy, Status, Verdict, compare
-from fp4bench.report import _render, delta_spread, describe_changes, format_seconds
-from fp4bench.textfit import common_prefix, fit_table, wrap_line
+from fp4bench.report.tables import _render, delta_spread, describe_changes, format_seconds
+from fp4bench.report.textfit import common_prefix, fit_table, wrap_line
 
 WRONG_OUTPUT = "wrong output"
 LOST_WORKER = "worker lost"

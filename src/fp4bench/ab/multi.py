@@ -24,8 +24,8 @@ from typing import Callable
 from fp4bench.ab.run import AbConfig, AbRunner, GpuPart, Side
 from fp4bench.gpus.devices import Gpu, pin_env
 from fp4bench.gpus.partition import assign, family_cost
-from fp4bench.sweep import SweepOptions
-from fp4bench.worker.protocol import decode_problem
+from fp4bench.run.sweep import SweepOptions
+from fp4bench.run.worker.protocol import decode_problem
 
 
 def _entry(name: str, by_side: dict[str, dict[str, dict]]) -> dict:

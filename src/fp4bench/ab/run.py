@@ -39,8 +39,8 @@ from fp4bench.ab.schedule import SIDES, alloc_order, resident_capacity, round_or
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.measure.copies import MIN_COPIES
 from fp4bench.measure.timing import TIMER_ENV
-from fp4bench.sweep import SweepOptions
-from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+from fp4bench.run.sweep import SweepOptions
+from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
 
 @dataclass(frozen=True)

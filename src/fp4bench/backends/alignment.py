@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from fp4bench.problems import MoEProblem, Problem
+from fp4bench.workload.problems import MoEProblem, Problem
 
 @dataclass(frozen=True)
 class AlignmentPolicy:

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import torch
 
 from fp4bench.backends.alignment import AlignmentPolicy, Skipped, align_problem
-from fp4bench.operands import Operands
-from fp4bench.problems import Problem
+from fp4bench.workload.operands import Operands
+from fp4bench.workload.problems import Problem
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Backend discovery: built-in modules, the ``fp4bench.backends`` entry-point group, plugins.
 
-Adding a backend = one module in this package defining ``BACKENDS = [...]``. Third parties
+Adding a backend = one module in ``fp4bench.backends.builtin`` defining ``BACKENDS = [...]``. Third parties
 ship a module with the same attribute and either declare it under the entry-point group
 ``fp4bench.backends`` or pass ``--fp4-plugin=module`` / ``load_plugin("module")``. A plugin
 module may instead (or also) define ``wrap_backends(get_backend) -> list[Backend]``: each
@@ -20,9 +20,8 @@ from types import ModuleType
 
 from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend
-from fp4bench.options import KINDS
+from fp4bench.options.registry import KINDS
 
-_NOT_BACKEND_MODULES = {"alignment", "base", "registry"}
 _registry: dict[str, Backend] = {}
 _loaded_builtins = False
 
@@ -99,10 +98,10 @@ def _load_builtins() -> None:
     if _loaded_builtins:
         return
     _loaded_builtins = True
-    import fp4bench.backends as pkg
+    import fp4bench.backends.builtin as pkg
 
     for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name in _NOT_BACKEND_MODULES or info.name.startswith("_"):
+        if info.name.startswith("_"):  # the adapters' shared helpers
             continue
         _register_module(importlib.import_module(f"{pkg.__name__}.{info.name}"))
     for ep in importlib.metadata.entry_points(group="fp4bench.backends"):

@@ -52,7 +52,7 @@ from fp4bench.gate.baseline import (Baseline, BenchmarkRecord, check_compatible,
                                     check_samples, is_ok, measurement_notes)
 from fp4bench.gate.coverage import (EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, Coverage, Scope, account, group_of,
                                     narrow)
-from fp4bench.deprecated import warn_once
+from fp4bench.options.deprecated import warn_once
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution * this = its sigma
 #: the spread (log time) of one benchmark's offset between two H200 units: docs/measurement.md,

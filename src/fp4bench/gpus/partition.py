@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
-from fp4bench.problems import Problem
+from fp4bench.workload.problems import Problem
 
 K = TypeVar("K", bound=Hashable)
 

@@ -27,14 +27,14 @@ import time
 import torch
 
 from fp4bench.backends.base import Prepared, Tactic
-from fp4bench.backends.torch_reference import TorchReference
+from fp4bench.backends.builtin.torch_reference import TorchReference
 
 ZERO_BAND = (32, 1536)
 
 
 class _Fault(TorchReference):
     kinds = frozenset({"dense"})
-    api = "test-only fault injection over fp4bench.reference"
+    api = "test-only fault injection over fp4bench.reference.dense"
     test_only = True
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
@@ -60,7 +60,7 @@ class Unwritten(_Fault):
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         out = prepared.out
         full = prepared.args["ops"]
-        from fp4bench.reference import reference_gemm
+        from fp4bench.reference.dense import reference_gemm
 
         keep = max(0, (out.shape[0] - 1) // 128 * 128)  # the last row tile is never written
         out[:keep].copy_(reference_gemm(full)[:keep])

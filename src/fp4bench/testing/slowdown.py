@@ -51,8 +51,8 @@ import torch
 
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
 from fp4bench.measure.timing import TIMER_ENV
-from fp4bench.operands import Operands
-from fp4bench.problems import Problem
+from fp4bench.workload.operands import Operands
+from fp4bench.workload.problems import Problem
 
 ENV = "FP4BENCH_SLOWDOWN"
 GPUS_ENV = "FP4BENCH_SLOWDOWN_GPUS"

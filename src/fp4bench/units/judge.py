@@ -26,8 +26,8 @@ from typing import Any
 
 from fp4bench.gate import rule
 from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION
-from fp4bench.report import format_seconds
-from fp4bench.textfit import common_prefix, fit_table, wrap_line
+from fp4bench.report.tables import format_seconds
+from fp4bench.report.textfit import common_prefix, fit_table, wrap_line
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings, host_median
 from fp4bench.units.run import Unit, UnitBench, UnitsRun
 

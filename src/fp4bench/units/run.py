@@ -1,6 +1,6 @@
 """The same benchmarks on every GPU of the host, at once, in independent windows.
 
-One worker process per GPU (``python -m fp4bench.worker``), pinned to it by UUID
+One worker process per GPU (``python -m fp4bench.run.worker``), pinned to it by UUID
 (``gpus.devices.pin_env``, set before the worker's CUDA starts), all of one interpreter. The
 first unit lists the sweep. Then, pass after pass, every benchmark takes one **window** on every
 unit at the same moment: the units work in lockstep, each on the same benchmark, so they share
@@ -33,9 +33,9 @@ from typing import Any, Callable
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gpus.devices import Gpu, pin_env
 from fp4bench.measure.timing import TIMER_ENV
-from fp4bench.sweep import SweepOptions
+from fp4bench.run.sweep import SweepOptions
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings
-from fp4bench.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
 #: worker starts a unit may use (its first and the replacements of dead ones)
 MAX_STARTS = 3

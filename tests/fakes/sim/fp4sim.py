@@ -3,7 +3,7 @@
 Load with ``-p fp4sim`` with ``tests`` and ``tests/fakes/sim`` on ``PYTHONPATH``. What it
 replaces, and nothing else, is what a GPU would provide:
 
-* the device capability (``fp4bench.backends._gating.device_info``) and the CUDA version the
+* the device capability (``fp4bench.backends.builtin._gating.device_info``) and the CUDA version the
   torch build reports (``torch.version.cuda``);
 * torch's FP4 ``_scaled_mm`` / ``_scaled_mm_v2`` ``out=`` kernels: CPU implementations from
   ``fakes.torch_scaled_mm`` registered under the real aten op names;
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 import fp4sim_world as world
-from fp4bench.backends import _gating
+from fp4bench.backends.builtin import _gating
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.models import catalog
 from fp4bench.models.moe_model import MoEModel

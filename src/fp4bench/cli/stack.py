@@ -1,0 +1,153 @@
+"""``fp4bench stack freeze [--runner NAME | --file F] [--python VENV] [--check]``: the deployed stack.
+
+A runner serves with one venv; its stack file (``stack/<runner>.txt``, committed) pins every
+distribution of that venv at its exact version, so the nightly gate and the upgrade gate's side A
+install what the runner deploys, not the newest releases. The file is a pip requirements file:
+
+* every line ``name==version`` (torch with its local version, e.g. ``2.9.1+cu128``, which is the
+  CUDA variant; the nvidia-* CUDA wheels, flashinfer-python, sgl-kernel, apache-tvm-ffi, ...), so
+  ``pip install --no-deps -r stack/<runner>.txt`` rebuilds the venv and ``pip check`` proves it
+  complete; nothing newer can come in because nothing is resolved;
+* torch's wheel index as an ``--extra-index-url`` line (a ``+cpu``/``+cuXYZ`` build is only on
+  ``https://download.pytorch.org/whl/<variant>``);
+* a header of ``#`` lines: what wrote it, the Python version, torch's CUDA variant and index, and
+  fp4bench's own version (fp4bench is installed from the checkout, ``pip install --no-deps -e .``,
+  so it is recorded in the header and not pinned).
+
+A requirements file rather than TOML: pip reads it as it is (``-r`` to install, ``-c`` to
+constrain), and a version change is a one-line diff. ``--check`` compares a venv with the file:
+exit 0 same, 1 different (each difference listed), 2 usage error (no such file or venv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+PROG = "fp4bench stack"
+#: PyPI's Linux torch wheel without a local version is a CUDA build; the other variants live here
+TORCH_INDEX = "https://download.pytorch.org/whl/"
+#: not pinned: the installer itself, and fp4bench (installed from the checkout)
+UNPINNED = ("pip", "fp4bench")
+#: the header names these when present (the packages an upgrade is about)
+KEY_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
+                "apache-tvm-ffi", "triton")
+
+_LIST = ("import importlib.metadata as m, json, sys; "
+         "print(json.dumps({'python': sys.version.split()[0], "
+         "'dists': sorted({(d.metadata['Name'] or '', d.version) for d in m.distributions()})}))")
+
+
+def canonical(name: str) -> str:
+    """PEP 503 name: ``Flashinfer_Python`` -> ``flashinfer-python``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def torch_variant(version: str) -> str | None:
+    """The local version of a torch build (``2.9.1+cu128`` -> ``cu128``), None for a plain one."""
+    return version.partition("+")[2] or None
+
+
+def installed(python: str) -> tuple[str, dict[str, str]]:
+    """(python version, {canonical name: version}) of the interpreter's environment."""
+    try:
+        out = subprocess.run([python, "-I", "-c", _LIST], capture_output=True, text=True, check=True,
+                             timeout=120).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ValueError(f"--python {python}: cannot list its packages ({exc})") from None
+    doc = json.loads(out)
+    return doc["python"], {canonical(n): v for n, v in doc["dists"] if n}
+
+
+def render(runner: str, python_version: str, dists: dict[str, str]) -> str:
+    """The stack file's text for these distributions."""
+    torch = dists.get("torch")
+    variant = torch_variant(torch) if torch else None
+    lines = [f"# fp4bench stack of runner {runner}: the exact venv it serves with.",
+             "# Written by `fp4bench stack freeze`; check a venv with `fp4bench stack freeze --check`.",
+             "# install: pip install --no-deps -r THIS_FILE && pip install --no-deps -e . && pip check",
+             f"# python {python_version}"]
+    if torch:
+        where = f"{TORCH_INDEX}{variant}" if variant else "the default index (PyPI: a CUDA build on Linux)"
+        lines.append(f"# torch {torch}: variant {variant or 'none (plain version)'}, from {where}")
+    lines += [f"# {n} {dists[n]}" for n in KEY_PACKAGES[1:] if n in dists]
+    lines.append(f"# fp4bench {dists.get('fp4bench', 'not installed')} (installed from the checkout, not pinned)")
+    if variant:
+        lines.append(f"--extra-index-url {TORCH_INDEX}{variant}")
+    lines += [f"{n}=={v}" for n, v in sorted(dists.items()) if n not in UNPINNED]
+    return "\n".join(lines) + "\n"
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    """{canonical name: version} of a stack file's ``name==version`` lines."""
+    pins: dict[str, str] = {}
+    for no, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not name.strip() or not version.strip():
+            raise ValueError(f"{path}:{no}: expected name==version, got {raw!r}")
+        pins[canonical(name.strip())] = version.strip()
+    return pins
+
+
+def differences(pins: dict[str, str], dists: dict[str, str]) -> list[str]:
+    """One line per package that the venv has at another version, lacks, or has in addition."""
+    have = {n: v for n, v in dists.items() if n not in UNPINNED}
+    out = [f"{n}: stack file {v}, venv {have[n]}" for n, v in sorted(pins.items()) if n in have and have[n] != v]
+    out += [f"{n}: stack file {v}, venv does not have it" for n, v in sorted(pins.items()) if n not in have]
+    out += [f"{n}: venv {v}, not in the stack file" for n, v in sorted(have.items()) if n not in pins]
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fp4bench.options.registry import STACK, add_options, plain
+
+    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
+                                 epilog="exit status: 0 written / same, 1 venv differs from the file (--check), "
+                                        "2 usage error")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("freeze", help="write (or --check) the stack file of a runner's venv")
+    add_options(f.add_argument, STACK)
+    return ap
+
+
+def stack_main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 0 if e.code in (0, None) else 2
+    from fp4bench.run.worker.pool import interpreter
+
+    try:
+        if not args.file and not args.runner:
+            raise ValueError("give --runner NAME (writes <stack-dir>/NAME.txt) or --file PATH")
+        path = Path(args.file) if args.file else Path(args.stack_dir) / f"{args.runner}.txt"
+        runner = args.runner or path.stem
+        python = interpreter(args.python) if args.python else sys.executable
+        version, dists = installed(python)
+        if args.check:
+            if not path.is_file():
+                raise ValueError(f"{path}: no such stack file (write it with `fp4bench stack freeze`)")
+            diff = differences(read_pins(path), dists)
+    except ValueError as exc:
+        print(f"{PROG} freeze: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if diff:
+            print(f"{python} differs from {path} ({len(diff)} packages):")
+            print("\n".join(f"  {d}" for d in diff))
+            return 1
+        print(f"{python} matches {path} ({len(dists)} distributions)")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(runner, version, dists))
+    print(f"stack of {python} written: {path} (commit it; the nightly and the upgrade gate install it)")
+    return 0

@@ -1,0 +1,1 @@
+"""Options every front end takes (``registry``) and settings that no longer apply (``deprecated``)."""

@@ -1,0 +1,224 @@
+"""``pytest bench --fp4-ab-against PYTHON_OR_VENV``: the A/B upgrade gate as a pytest run.
+
+The environment pytest runs in is the candidate (side B); ``--fp4-ab-against`` names the
+current stack (side A). The run's selected fp4bench cases (the same ``--fp4-*`` sweep options,
+``-k``/``-m`` included) are not timed one by one in this process: they become one test item,
+``<file>::fp4bench-ab[<A>]``, that runs ``fp4bench ab`` on them (both sides as worker
+processes on the same GPU, in alternating rounds; docs/ab.md) and fails like any test when the
+gate finds a regression, its failure text being the A/B verdict table. A passing comparison
+prints that table in the terminal summary; ``--fp4-verdict-json`` gets the A/B JSON (with NVML
+telemetry per side and round) and ``$GITHUB_STEP_SUMMARY`` the markdown verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _pytest._code.code import ReprFileLocation, TerminalRepr
+
+
+def addoption(group: Any) -> None:
+    group.addoption("--fp4-ab-against", default=None, metavar="PYTHON_OR_VENV",
+                    help="judge this environment (B, the candidate) against another one (A, the current stack: a "
+                         "python or a venv) on this GPU, interleaved; the selected cases become one A/B test. "
+                         "Write it as --fp4-ab-against=PATH: pytest picks its rootdir from path-like arguments (default: no A/B)")
+    group.addoption("--fp4-ab-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --fp4-ab-against: an environment variable for side A's worker only")
+    group.addoption("--fp4-ab-replicates", type=int, default=3,
+                    help="with --fp4-ab-against: worker processes per side (default 3)")
+    group.addoption("--fp4-ab-rounds", type=int, default=6, help="with --fp4-ab-against: timing rounds every "
+                                                                  "benchmark gets (default 6)")
+    group.addoption("--fp4-ab-time-budget", type=float, default=600.0,
+                    help="with --fp4-ab-against: seconds for the whole A/B run; undecided benchmarks get more "
+                         "rounds only while it fits (default 600)")
+    group.addoption("--fp4-ab-max-resident", type=int, default=None,
+                    help="with --fp4-ab-against: at most this many processes hold one benchmark at once; beyond it "
+                         "the process pairs take turns (default: as many as the GPU's free memory holds)")
+    group.addoption("--fp4-ab-round-samples", type=int, default=10,
+                    help="with --fp4-ab-against: samples per round (default 10)")
+
+
+class AbRegression(Exception):
+    """The A/B gate failed: the whole verdict report, and its one-line summary."""
+
+    def __init__(self, text: str, summary: str) -> None:
+        super().__init__(text)
+        self.text, self.summary = text, summary
+
+
+class AbVerdictRepr(TerminalRepr):
+    """The failure text of the A/B item: the whole verdict report under FAILURES, and one line
+    (the verdict's summary) as its crash message, which is what ``-rf``'s short summary prints
+    (in full on CI, where pytest does not trim it to the terminal width)."""
+
+    def __init__(self, failure: AbRegression, path: str) -> None:
+        self.text = failure.text
+        self.reprcrash = ReprFileLocation(path, 0, failure.summary)
+
+    def toterminal(self, tw: Any) -> None:
+        for line in self.text.splitlines():
+            tw.line(line)
+
+
+class AbItem(pytest.Item):
+    """The one test that stands for the selected cases: runs the A/B comparison on them."""
+
+    def __init__(self, *, against: str, case_ids: list[str], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.against = against
+        self.case_ids = case_ids
+
+    def runtest(self) -> None:
+        self.config.pluginmanager.get_plugin("fp4bench.plugin.ab").compare(self)
+
+    def repr_failure(self, excinfo, style=None):  # type: ignore[override]
+        if isinstance(excinfo.value, AbRegression):
+            return AbVerdictRepr(excinfo.value, str(self.path))
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+def _env_pairs(values: list[str]) -> dict[str, str]:
+    out = {}
+    for text in values:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise pytest.UsageError(f"--fp4-ab-env: expected KEY=VALUE, got {text!r}")
+        out[key] = value
+    return out
+
+
+class AbPlugin:
+    """Per run: swaps the selected cases for the A/B item, runs it, reports it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.against: str | None = config.getoption("fp4_ab_against", default=None)
+        self.text: str | None = None
+        self.failed = False
+        self.replaced = 0
+        if self.against is None:
+            if config.getoption("fp4_ab_env", default=None):
+                raise pytest.UsageError("--fp4-ab-env sets the environment of the --fp4-ab-against side: "
+                                        "it needs --fp4-ab-against")
+            return
+        from fp4bench.run.worker.pool import interpreter
+
+        try:
+            interpreter(self.against)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--fp4-ab-against: {exc}") from None
+        if config.getoption("benchmark_compare", default=None) or config.getoption("fp4_baseline") \
+                or config.getoption("fp4_save_baseline"):
+            raise pytest.UsageError("--fp4-ab-against compares two environments with each other: it does not take a "
+                                    "baseline (--benchmark-compare, --fp4-baseline) nor save one (--fp4-save-baseline)")
+        self.env_a = _env_pairs(config.getoption("fp4_ab_env"))
+        rounds, samples = config.getoption("fp4_ab_rounds"), config.getoption("fp4_ab_round_samples")
+        reps, budget = config.getoption("fp4_ab_replicates"), config.getoption("fp4_ab_time_budget")
+        resident = config.getoption("fp4_ab_max_resident")
+        if resident is not None and resident < 2:
+            raise pytest.UsageError(f"--fp4-ab-max-resident: need at least 2 (one process of each side), got {resident}")
+        if rounds < 2 or samples < 3 or reps < 2 or not 0 < budget < float("inf"):
+            raise pytest.UsageError(f"need --fp4-ab-rounds >= 2, --fp4-ab-round-samples >= 3, --fp4-ab-replicates >= 2 "
+                                    f"and --fp4-ab-time-budget > 0, got {rounds}, {samples}, {reps}, {budget}")
+
+    @pytest.hookimpl(trylast=True)  # after -k / -m deselection: the A/B run compares what is selected
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        if self.against is None:
+            return
+        from fp4bench.plugin.console import case_of
+
+        cases = [i for i in items if case_of(i) is not None]
+        if not cases:
+            return
+        label = Path(self.against).name or self.against
+        item = AbItem.from_parent(cases[0].parent, name=f"fp4bench-ab[{label}]", against=self.against,
+                                  case_ids=[case_of(i).id for i in cases])
+        at = items.index(cases[0])  # the A/B item takes the place of the first case
+        keep = [i for i in items if case_of(i) is None]
+        items[:] = keep[:at] + [item] + keep[at:]
+        self.replaced = len(cases)
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, start_path, items) -> str | None:
+        if self.against is None or not self.replaced:
+            return None
+        return (f"fp4bench ab: the {self.replaced} selected cases run as one A/B comparison: A = {self.against} "
+                f"(--fp4-ab-against), B = {sys.executable} (this environment, the candidate)")
+
+    def compare(self, item: AbItem) -> None:
+        """Run both sides on the item's cases; raises AbRegression when the gate fails."""
+        from fp4bench.ab.judge import judge, outcome, report, to_json
+        from fp4bench.ab.run import AbConfig, AbRunner, Side
+        from fp4bench.gate.rule import RuleSettings
+        from fp4bench.plugin.session import session_of
+
+        st = session_of(self.config)
+        st.setup()
+        opt = self.config.getoption
+        rounds = opt("fp4_ab_rounds")
+        cfg = AbConfig(sweep=st.sweep, device=str(st.device), replicates=opt("fp4_ab_replicates"), rounds=rounds,
+                       max_rounds=max(rounds, AbConfig.max_rounds), time_budget_s=opt("fp4_ab_time_budget"),
+                       settings=RuleSettings(floor=st.policy.floor),
+                       round_samples=opt("fp4_ab_round_samples"), timeout_s=opt("fp4_case_timeout"),
+                       plugins=tuple(opt("fp4_plugin")), cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
+                       min_copies=opt("fp4_min_copies"), max_resident=opt("fp4_ab_max_resident"))
+        verbose = self.config.get_verbosity() > 0
+        runner = AbRunner(Side(item.against, self.env_a), Side(sys.executable), cfg,
+                          progress=self._echo if verbose else (lambda line: None))
+        t0, last = time.monotonic(), [time.monotonic()]
+        interval = opt("fp4_progress")
+
+        def on_pair(i: int, n: int, pair) -> None:
+            from fp4bench.plugin.console import progress_line
+
+            now = time.monotonic()
+            if interval > 0 and now - last[0] >= interval and i < n:
+                last[0] = now
+                self._echo(progress_line(i, n, now - t0, unit="A/B benchmarks"))
+
+        try:
+            run = runner.run(only=set(item.case_ids), on_pair=on_pair)
+        except (RuntimeError, ValueError) as exc:  # a side that cannot start or list the sweep
+            raise AbRegression(f"fp4bench ab: {exc}", f"fp4bench ab: {exc}") from None
+        result = judge(run, st.policy)
+        code, summary = outcome(run, result)
+        self.text, self.failed = report(run, result), code != 0
+        path = opt("fp4_verdict_json")
+        if path:
+            from fp4bench.outputs import write_atomic  # the path was checked before the run
+
+            write_atomic(path, json.dumps(to_json(run, result), indent=2, default=str) + "\n")
+        from fp4bench.report.machine import verdict_markdown, write_step_summary
+
+        write_step_summary(verdict_markdown(result, baseline=f"side A: {item.against}"))
+        if self.failed:
+            raise AbRegression(self.text, summary)
+
+    def _echo(self, line: str) -> None:
+        """A line on the terminal from inside the running test (past output capture)."""
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        if tr is None:
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.ensure_newline()
+                tr.write_line(line)
+        else:
+            tr.write_line(line)
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if self.text is None or self.failed:
+            return  # a failed comparison's table is its test's failure text: printed once
+        terminalreporter.section(f"fp4bench ab: this environment (B) vs {self.against} (A)")
+        terminalreporter.write_line(self.text)
+        path = config.getoption("fp4_verdict_json")
+        if path:
+            terminalreporter.write_line(f"fp4bench: A/B verdict JSON written to {path}")

@@ -1,0 +1,111 @@
+"""Files a gated pytest run writes besides pytest-benchmark's JSON: ``--fp4-verdict-json``,
+``--fp4-csv`` and the markdown verdict in ``$GITHUB_STEP_SUMMARY`` (GitHub Actions job page).
+
+Every output path of the run (these, ``--fp4-log``, ``--benchmark-json``) is checked by
+``check_outputs`` when the session is configured, before any case runs (``fp4bench.outputs``);
+``--fp4-force`` lets them replace existing files (the line log is then truncated).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+def addoption(group: Any) -> None:
+    group.addoption("--fp4-force", action="store_true",
+                    help="let --fp4-verdict-json, --fp4-csv and --fp4-log replace existing files "
+                         "(never a file this run reads)")
+
+
+def check_outputs(config: pytest.Config, st: Any, log_path: Path | None) -> None:
+    """``OutputError`` (a ``ValueError``) for the first output path the run may not write; the
+    candidate file reserved for ``--fp4-save-baseline`` is removed then (the run never starts)."""
+    from fp4bench.outputs import OutputError
+
+    try:
+        _check(config, st, log_path)
+    except OutputError:
+        if st.json_path is not None and st.json_path.is_file() and st.json_path.stat().st_size == 0:
+            st.json_path.unlink()
+        raise
+
+
+def _check(config: pytest.Config, st: Any, log_path: Path | None) -> None:
+    from fp4bench.outputs import check_output, check_outputs as check_all
+    from fp4bench.report.machine import step_summary_path
+
+    opt = config.getoption
+    compare = opt("benchmark_compare", default=None)
+    read = [f.path for f in st.baselines.files] if st.baselines is not None else [st.baseline_path]
+    inputs = [*read, compare if isinstance(compare, str) else None, st.json_path]
+    outs = check_all({"--fp4-verdict-json": opt("fp4_verdict_json"), "--fp4-csv": opt("fp4_csv"),
+                      "--fp4-log": log_path}, inputs, force=opt("fp4_force"))
+    user_json = opt("benchmark_json", default=None)
+    if isinstance(user_json, (str, os.PathLike)) and Path(user_json) != st.json_path:
+        # pytest-benchmark's documented meaning is to replace the file: refused only when protected
+        check_output(user_json, "--benchmark-json", inputs=[*inputs, *outs], force=True)
+    if st.baseline is not None:  # the only runs that write the job summary
+        step_summary_path(inputs=[*inputs, *outs])
+
+
+def write_outputs(st: Any, result: Any, echo: Callable[[str], None]) -> None:
+    """``st``: the plugin's session state; ``result``: its CompareResult or None (no baseline)."""
+    from fp4bench.report.machine import results_csv, verdict_json, verdict_markdown, write_step_summary
+
+    from fp4bench.plugin.console import not_run
+
+    opt = st.config.getoption
+    base = str(st.baseline_path) if st.baseline_path is not None else None
+    gone = not_run(st.config)  # a run stopped early (-x, --maxfail, Ctrl-C): not a complete verdict
+    if opt("fp4_verdict_json"):
+        if result is None:
+            echo("fp4bench: --fp4-verdict-json: no baseline active (use --benchmark-compare), nothing written")
+        else:
+            data = verdict_json(result, base)  # a stopped run's cases are in its coverage (not reached)
+            _write(st, "--fp4-verdict-json", json.dumps(data, indent=1) + "\n", "verdict JSON", echo)
+    if opt("fp4_csv"):
+        _write(st, "--fp4-csv", results_csv(_csv_rows(st), {v.name: v for v in result.verdicts}
+                                            if result is not None else None), "results CSV", echo)
+    if result is not None:
+        md = verdict_markdown(result, base)
+        if gone:
+            md = (f"> **run incomplete: {len(gone)} cases not run** (stopped early: -x, --maxfail, Ctrl-C or an "
+                  f"error){'' if opt('fp4_allow_missing') else ' — the gate cannot pass'}\n\n") + md
+        target = write_step_summary(md)
+        if target is not None:
+            echo(f"fp4bench: verdict added to the job summary ({target})")
+
+
+def _write(st: Any, option: str, text: str, what: str, echo: Callable[[str], None]) -> None:
+    """Write one output atomically. A write that fails anyway (the folder removed during the run,
+    a full disk) is one line naming the option, and the run cannot pass: its outputs are not all
+    there (exit 3, the "incomplete" status). The measured cases are on disk already: the line log
+    and pytest-benchmark's JSON are written before this."""
+    from fp4bench.outputs import write_atomic
+
+    path = st.config.getoption(option.lstrip("-").replace("-", "_"))
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        echo(f"fp4bench: {option} {path}: cannot write it: {exc.strerror or exc}; {what} not written")
+        session = st.config.pluginmanager.get_plugin("session")
+        if session is not None and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # 3: incomplete
+        return
+    echo(f"fp4bench: {what} written to {path}")
+
+
+def _csv_rows(st: Any) -> list:
+    """The measured cases as report rows (same columns as ``fp4bench report``)."""
+    from fp4bench.gate.baseline import BenchmarkRecord
+    from fp4bench.measure.peaks import peak_for
+    from fp4bench.report.data import case_row
+
+    peaks = peak_for(st.fingerprint.gpu_name) if st.device is not None and st.device.type == "cuda" else None
+    return [case_row(BenchmarkRecord(name, name, tuple(samples), dict(extra)), peaks)
+            for name, (samples, extra) in st.measured.items()]

@@ -1,0 +1,126 @@
+"""pytest hooks for process isolation and the on-disk line log (registered by ``plugin``).
+
+``--fp4-isolate``: cases run in a worker process (``fp4bench.run.worker``); ``Fp4Session.runner``
+becomes an ``IsolatedRunner`` with the same interface; its worker is closed here at the end.
+``--fp4-log PATH`` (default next to a ``--fp4-save-baseline`` JSON): each finished case is
+written to a line log the moment its report is made (``fp4bench.run.linelog``); the log holds this
+run only (an existing file is refused before the run, or truncated with ``--fp4-force``).
+In a run over several GPUs the controller writes the one log as the workers' reports arrive
+(``plugin_xdist``); the workers write none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fp4bench.run.linelog import SUFFIX, LineLog
+from fp4bench.plugin.session import session_of
+
+_LOG = pytest.StashKey[LineLog]()
+_PLANNED = pytest.StashKey[list]()
+
+
+def log_path(config: pytest.Config) -> Path | None:
+    explicit = config.getoption("fp4_log", default=None)
+    if explicit:
+        return Path(explicit)
+    json_path = session_of(config).json_path
+    return Path(str(json_path) + SUFFIX) if json_path is not None else None
+
+
+def _spec(item: pytest.Item):
+    """The item's ``CaseSpec``, or None (not an fp4bench case, or an empty parameter set)."""
+    from fp4bench.run.sweep import CaseSpec
+
+    spec = item.callspec.params.get("fp4_case") if hasattr(item, "callspec") else None
+    return spec if isinstance(spec, CaseSpec) else None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    set_planned(session.config, [i.nodeid for i in session.items if _spec(i) is not None])
+
+
+def set_planned(config: pytest.Config, planned: list[str]) -> None:
+    """The fp4bench cases the run will measure (the log's header lists them)."""
+    config.stash[_PLANNED] = list(planned)
+
+
+def _log(config: pytest.Config) -> LineLog | None:
+    log = config.stash.get(_LOG, None)
+    if log is not None:
+        return log
+    path = log_path(config)
+    st = session_of(config)
+    if path is None or not st.ready or hasattr(config, "workerinput"):
+        return None
+    log = LineLog(path, overwrite=bool(config.getoption("fp4_force")))
+    fingerprint = st.fingerprint
+    if len(st.gpus) > 1:  # a case line's extra_info names the GPU that measured it
+        import dataclasses
+
+        fingerprint = dataclasses.replace(fingerprint, gpu_uuid=None)
+    log.header(fingerprint, st.sweep.to_dict() if st.sweep else None, config.stash.get(_PLANNED, []),
+               isolated=bool(config.getoption("fp4_isolate")), **({"gpus": list(st.gpus)} if st.gpus else {}))
+    config.stash[_LOG] = log
+    return log
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    spec = _spec(item)
+    if spec is None or not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
+        return
+    if _log(item.config) is None:
+        return
+    from fp4bench.gate.baseline import availability_key
+    st = session_of(item.config)
+    samples, extra = st.measured.get(item.nodeid, (None, None))
+    if extra is None:
+        bench = getattr(item, "funcargs", {}).get("benchmark")
+        extra = dict(getattr(bench, "extra_info", {}) or {})
+    key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
+    avail = {key: st.availability[key]} if key in st.availability else {}
+    from fp4bench.plugin.console import REASON
+
+    reason = item.stash.get(REASON, None)  # a skip's or failure's message before it was fitted to the terminal
+    write_case(item.config, item.nodeid, rep.outcome, samples, extra, avail,
+               report_reason(rep) if reason is None else reason)
+
+
+def report_reason(rep: pytest.TestReport) -> str:
+    """A skip's reason, or the first line of a failure's own message ('' for a pass)."""
+    return rep.longrepr[2] if rep.skipped and isinstance(rep.longrepr, tuple) else (
+        _failure_reason(rep) if rep.failed else "")
+
+
+def write_case(config: pytest.Config, nodeid: str, outcome: str, samples, extra, availability: dict,
+               reason: str) -> None:
+    """One finished case on the line log (nothing when the run keeps none)."""
+    log = _log(config)
+    if log is not None:
+        log.case(nodeid, outcome, samples, extra, availability, reason)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    st = session_of(session.config)
+    close = getattr(st.runner, "close", None)
+    if close is not None:
+        close()
+    log = session.config.stash.get(_LOG, None)
+    if log is not None:
+        log.end(exitstatus=int(exitstatus), interrupted=st.interrupted)
+        log.close()
+
+
+def _failure_reason(rep: pytest.TestReport) -> str:
+    """The first line of the failure's own message (what failed and why), not the traceback's
+    last line (for a CUDA error that is torch's hint about TORCH_USE_CUDA_DSA)."""
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    text = getattr(crash, "message", "") or rep.longreprtext
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:500] if lines else ""
+

@@ -1,0 +1,131 @@
+"""Machine-readable gate output: verdict JSON, a markdown verdict (GitHub job summary) and CSV.
+
+Same ``CompareResult`` as the terminal table of ``fp4bench.report.tables``; FAIL and MISSING first.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from fp4bench.gate.coverage import OUTCOME
+from fp4bench.gate.verdict import CompareResult, Status, Verdict
+from fp4bench.report.tables import delta_spread, describe_changes, format_p, format_seconds
+
+VERDICT_SCHEMA = 1
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def verdict_record(v: Verdict, failing: bool) -> dict[str, Any]:
+    return {"name": v.name, "status": v.status.value, "kind": v.kind, "fails_gate": failing,
+            "base_median_s": _finite(v.base_median), "new_median_s": _finite(v.new_median),
+            "delta_pct": _finite(v.pct), "p_adjusted": _finite(v.p_adjusted), "noise": _finite(v.noise),
+            "improved": v.improved, "dispatch_changed": v.dispatch_changed, "reason": v.reason,
+            "n_base": v.n_base, "n_new": v.n_new}
+
+
+def verdict_json(result: CompareResult, baseline: str | None = None) -> dict[str, Any]:
+    """The whole verdict as one JSON object (``exit_code`` is the gate's decision)."""
+    p = result.policy
+    spread = delta_spread(result)
+    return {
+        "schema": VERDICT_SCHEMA,
+        "baseline": baseline,
+        "exit_code": result.exit_code,
+        "outcome": OUTCOME[result.exit_code],
+        "counts": result.counts(),
+        "coverage": result.coverage.to_dict() if result.coverage is not None else None,
+        "changes": [{"key": k, "old": o, "new": n} for k, o, n in result.changes],
+        "policy": {"floor": p.floor, "drift": p.drift, "alpha": p.alpha, "noise_k": p.noise_k,
+                   "min_samples": p.min_samples, "allow_missing": p.allow_missing,
+                   "fail_on_ambiguous": p.fail_on_ambiguous, "dispatch": p.dispatch},
+        "delta_spread": None if spread is None else dict(zip(("n", "median_abs", "p95_abs", "max_abs"), spread)),
+        "verdicts": [verdict_record(v, result.is_failure(v)) for v in result.sorted()],
+    }
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def verdict_markdown(result: CompareResult, baseline: str | None = None, limit: int = 60) -> str:
+    """A GitHub-flavoured markdown verdict: outcome line, counts, what changed, then a table with
+    FAIL and MISSING first (``limit`` rows; passes beyond it are only counted)."""
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n) or "no verdicts"
+    icon = "❌" if result.exit_code else "✅"
+    lines = [f"### {icon} fp4bench: {OUTCOME[result.exit_code]} (exit {result.exit_code})", "", f"**{counts}**", ""]
+    if result.coverage is not None:
+        lines += [f"- coverage: {_md_escape(result.coverage.summary())}"]
+    if baseline:
+        lines.append(f"- baseline: `{baseline}`")
+    lines.append(f"- what changed: {describe_changes(result.changes)}")
+    p = result.policy
+    lines.append(f"- policy: floor {p.floor * 100:g}%, run-to-run allowance "
+                 f"{p.drift_note or format(p.drift * 100, 'g') + '%'}, α {p.alpha:g} (Holm), missing "
+                 f"{'allowed' if p.allow_missing else 'fails'}")
+    spread = delta_spread(result)
+    if spread is not None:
+        lines.append(f"- Δ over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
+                     f"p95 {spread[2] * 100:.2f}%, max {spread[3] * 100:.2f}%")
+    lines.append("")
+    ordered = result.sorted()
+    shown = [v for v in ordered if v.status is not Status.PASS or ordered.index(v) < limit][:max(limit, 0)]
+    shown_fail = sum(1 for v in shown if result.is_failure(v))
+    rows = ["| verdict | benchmark | base | now | Δ | p_adj | notes |", "|---|---|---|---|---|---|---|"]
+    for v in shown:
+        label = v.status.value + ("" if v.kind == "timing" else f" ({v.kind})")
+        delta = "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
+        rows.append(f"| {'**' + label + '**' if result.is_failure(v) else label} | `{_md_escape(v.name.split('::')[-1])}` | "
+                    f"{format_seconds(v.base_median)} | {format_seconds(v.new_median)} | {delta} | "
+                    f"{format_p(v.p_adjusted)} | {_md_escape(v.reason)} |")
+    lines += rows
+    rest = len(ordered) - len(shown)
+    if rest:
+        missed = len(result.failures) - shown_fail
+        lines += ["", f"… and {rest} more rows" + (f", {missed} of them failing" if missed else " (none failing)")]
+    return "\n".join(lines) + "\n"
+
+
+def step_summary_path(env: Mapping[str, str] | None = None, inputs: Sequence[Any] = ()) -> Path | None:
+    """``$GITHUB_STEP_SUMMARY`` checked as an output (``fp4bench.outputs``; appended to by design),
+    or None when unset. Called before the run, so an unwritable one is refused at the start."""
+    from fp4bench.outputs import check_output
+
+    target = (env if env is not None else os.environ).get("GITHUB_STEP_SUMMARY")
+    return check_output(target, "$GITHUB_STEP_SUMMARY", inputs=inputs, append=True) if target else None
+
+
+def write_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> Path | None:
+    """Append to ``$GITHUB_STEP_SUMMARY`` when set (GitHub Actions renders it on the run page)."""
+    target = (env if env is not None else os.environ).get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    path = Path(target)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(markdown + "\n")
+    return path
+
+
+CSV_COLUMNS = ("fullname", "backend", "tactic", "problem", "kind", "model", "role", "m", "median_s", "tflops",
+               "tbs", "pct_compute", "pct_bandwidth", "rel_ci95", "power_w", "sm_clock_mhz", "throttled",
+               "verdict", "delta_pct")
+
+
+def results_csv(rows: Sequence[Any], verdicts: Mapping[str, Verdict] | None = None) -> str:
+    """One line per measured case (``reporting.data.CaseRow``), with its verdict when gated."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in rows:
+        v = (verdicts or {}).get(r.fullname)
+        values = {**r.__dict__, "verdict": v.status.value if v else "",
+                  "delta_pct": "" if v is None or v.pct is None else f"{v.pct:.3f}"}
+        w.writerow(["" if values.get(c) is None else values.get(c) for c in CSV_COLUMNS])
+    return buf.getvalue()

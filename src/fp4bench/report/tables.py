@@ -1,0 +1,368 @@
+"""How results read: plain-text, fixed-width tables for terminals and CI logs, and the text of
+one verdict (``verdict_message``) and of times and p-values (``format_seconds``, ``format_p``).
+
+``verdict_table`` explains a gate decision: what changed in the stack, then every benchmark with
+FAIL first, then MISSING / NEW listed explicitly (renames show up as one of each).
+``results_table`` prints a sweep (size -> time, TFLOP/s, % of peak, notes) from simple dict rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from fp4bench.gate.coverage import EXIT_INCOMPLETE, OUTCOME, collapsed
+from fp4bench.gate.power import PowerRow
+from fp4bench.gate.verdict import (KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, CompareResult, Policy, Status,
+                                   Verdict)
+from fp4bench.report.textfit import common_parts, common_prefix, fit_table, wrap_line
+
+
+#: shown in the report header when the gate cannot rely on being on the baseline's own GPU
+OTHER_UNIT = ("baseline from another/unknown GPU unit: less sensitive (a unit offset widens every interval); "
+              "approve a baseline recorded on this runner for full sensitivity")
+
+
+def format_seconds(s: float | None) -> str:
+    """``2.31e-5`` -> ``"23.1 µs"``; ``"-"`` for no value."""
+    if s is None or not math.isfinite(s):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.4g} {unit}"
+    return f"{s / 1e-9:.4g} ns"
+
+
+def format_p(p: float | None) -> str:
+    """Two significant digits, one below 0.001 (``"0.012"``, ``"3e-05"``); ``"-"`` for no value."""
+    if p is None or not math.isfinite(p):
+        return "-"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
+
+
+def format_interval(iv: tuple[float, float] | None) -> str:
+    """``(1.234, 5.6)`` (percent) -> ``"[+1.2, +5.6]%"``; ``"-"`` for none."""
+    if iv is None or not all(math.isfinite(x) for x in iv):
+        return "-"
+    return f"[{iv[0]:+.1f}, {iv[1]:+.1f}]%"
+
+
+def verdict_headline(v: Verdict) -> str:
+    """A verdict in a few words (``FAIL +67.0%``, ``FAIL (kernel change)``): the first line of a
+    failed test's message, where pytest's summary leaves little room after the test id."""
+    if v.kind != TIMING:
+        return f"{v.status.value} ({v.kind})"
+    return v.status.value + (f" {v.pct:+.1f}%" if v.pct is not None else "")
+
+
+def verdict_message(v: Verdict) -> str:
+    """One line that explains a verdict at a glance (pytest failure text, tables)."""
+    tag = v.status.value if v.kind == TIMING else f"{v.status.value} ({v.kind})"
+    head = f"{tag} {v.name}"
+    if v.kind in (LOST_TACTIC, NEW_TACTIC, KERNEL_CHANGE):
+        return f"{head}: {v.reason}"
+    if v.status is Status.MISSING:
+        return f"{head}: in the baseline ({format_seconds(v.base_median)}) but not measured now"
+    if v.status is Status.NEW:
+        return f"{head}: {format_seconds(v.new_median)} (not in the baseline)"
+    parts = [f"{v.pct:+.1f}%"] if v.pct is not None else []
+    if v.interval is not None:
+        parts.append(f"interval {format_interval(v.interval)}")
+    if v.floor is not None:
+        parts.append(f"floor {v.floor * 100:g}%")
+    if v.windows_base:
+        parts.append(f"windows {v.windows_base}+{v.windows_new}")
+    line = f"{head}: {format_seconds(v.base_median)} → {format_seconds(v.new_median)}"
+    if parts:
+        line += f" ({', '.join(parts)})"
+    # what neither side recorded (a CPU run has no SM clock or throttle state) is left out
+    state = []
+    if v.base_clock or v.new_clock:
+        state.append(f"SM clock {v.base_clock or '?'}→{v.new_clock or '?'} MHz")
+    if v.base_throttle or v.new_throttle:
+        state.append(f"throttle: {v.base_throttle or '?'}→{v.new_throttle or '?'}")
+    if state:
+        line += "; " + ", ".join(state)
+    if v.reason:
+        line += f" — {v.reason}"
+    return line
+
+
+def _render(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        return "  ".join(out).rstrip()
+
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _fmt_value(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def describe_changes(changes: Sequence[tuple[str, Any, Any]]) -> str:
+    """``"driver 580.1 → 590.2; torch 2.9 → 2.10"`` or a sentence saying nothing changed."""
+    if not changes:
+        return "nothing (same software stack)"
+    return "; ".join(f"{k} {_fmt_value(old)} → {_fmt_value(new)}" for k, old, new in changes)
+
+
+def _verdict_label(v: Verdict) -> str:
+    label = v.status.value
+    if v.kind != "timing":
+        label += f" ({v.kind})"
+    elif v.improved:
+        label += " (improved)"
+    return label
+
+
+def _pct(v: Verdict) -> str:
+    return "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
+
+
+def delta_spread(result: CompareResult) -> tuple[int, float, float, float] | None:
+    """(n, median, p95, max) of |new/base - 1| over timed benchmarks measured in both runs.
+
+    On an unchanged stack this is the run-to-run noise a user should expect (the A/A numbers
+    of docs/results-h200.md); p95 uses numpy's linear interpolation."""
+    d = [abs(v.ratio - 1) for v in result.verdicts
+         if v.kind == "timing" and v.ratio is not None and math.isfinite(v.ratio)]
+    if not d:
+        return None
+    return len(d), float(np.median(d)), float(np.percentile(d, 95)), max(d)
+
+
+def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
+    """AMBIGUOUS timing verdicts whose interval lies below the floor (shown not to reach it, not
+    shown below the guard band): on an unchanged stack (another GPU unit especially) these are
+    most AMBIGUOUS verdicts, so the table shows them as one explained line instead of a row each.
+    Failing ones stay rows."""
+    return [v for v in result.verdicts
+            if v.status is Status.AMBIGUOUS and v.kind == "timing" and not v.undecided
+            and v.interval is not None and v.interval[1] < result.policy.floor * 100
+            and not result.is_failure(v)]
+
+
+def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5, prefix: str = "") -> str:
+    pcts = sorted((v.pct or 0.0 for v in items))
+    worst = sorted(items, key=lambda v: -(v.ratio or 0.0))[:shown]
+    names = ", ".join(f"{v.name.removeprefix(prefix)} {_pct(v)}" for v in worst)
+    more = f", ... {len(items) - shown} more" if len(items) > shown else ""
+    return (f"AMBIGUOUS ({len(items)}, not listed above): Δ {pcts[0]:+.1f}% to {pcts[-1]:+.1f}%, each interval "
+            f"below the {floor * 100:g}% floor but not below the guard band. "
+            f"On an unchanged stack this is window-to-window or unit-to-unit drift; it does not fail the gate. "
+            f"Largest: {names}{more}")
+
+
+def verdict_table(result: CompareResult) -> str:
+    """The gate report: header with fingerprint changes, one row per verdict, missing/new lists."""
+    lines: list[str] = []
+    fp = result.baseline_fingerprint
+    if fp is not None:
+        lines.append(f"baseline GPU: {fp.model}")
+    lines += wrap_line(f"what changed: {describe_changes(result.changes)}")
+    p = result.policy
+    rs = p.rule_settings()
+    drift = p.drift_note or next((q.drift_note for q in result.policies.values() if q.drift_note), "")
+    lines += wrap_line(
+        f"policy: floor {p.floor * 100:g}% (FAIL when shown by >= {rs.min_new_for_fail} new windows beyond "
+        f"{math.expm1(rs.threshold) * 100:.2g}%, PASS when shown below; {rs.confidence:g} one-sided bounds on "
+        f"window medians{'; ' + drift if drift else ''}), "
+        f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
+        f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}"
+    )
+    if result.less_sensitive():
+        lines.append(OTHER_UNIT)
+    lines += list(result.notes)
+    lines.append("")
+    header = ["verdict", "benchmark", "base", "now", "Δ", "interval", "windows", "notes"]
+    rows = []
+    sub_floor = sub_floor_ambiguous(result)
+    many_missing = len(result.by_status(Status.MISSING)) > LIST_LIMIT
+    shown = [v for v in result.sorted() if v not in sub_floor and not (many_missing and v.status is Status.MISSING)]
+    # what every row shares is said once above the table: the test file of the names, notes
+    # over every verdict's name, so a table of one row (the rest collapsed) still uses it
+    prefix = common_prefix([v.name for v in result.verdicts])
+    notes = []
+    for v in shown:
+        note = v.reason
+        if v.kind == "timing" and v.status is Status.INVALID and (v.base_throttle or v.new_throttle):
+            note += f" [throttle {v.base_throttle or '?'}→{v.new_throttle or '?'}]"
+        notes.append(note)
+    common, notes = common_parts(notes)
+    if prefix:
+        lines.append(f"benchmark names: {prefix}<name> (the table and the notes below it leave the prefix out)")
+    if common:
+        lines += wrap_line(f"notes of every row: {'; '.join(common)}")
+    for v, note in zip(shown, notes):
+        rows.append(
+            [
+                _verdict_label(v),
+                v.name.removeprefix(prefix),
+                format_seconds(v.base_median),
+                format_seconds(v.new_median),
+                _pct(v),
+                format_interval(v.interval),
+                f"{v.windows_base}+{v.windows_new}" if v.windows_base else "-",
+                note,
+            ]
+        )
+    lines += fit_table(header, rows, [False, False, True, True, True, True, True, False], wrap=1, trail=7)
+
+    if sub_floor:
+        lines += [""] + wrap_line(_collapsed_note(sub_floor, p.floor, prefix=prefix))
+    for status, what in ((Status.MISSING, "in the baseline, not measured now"), (Status.NEW, "new, no baseline")):
+        items = result.by_status(status)
+        if items:
+            lines.append("")
+            lines.append(f"{status.value} ({len(items)}) — {what}:")
+            if len(items) > LIST_LIMIT and result.coverage is not None:
+                group = result.coverage.group
+                for line in collapsed([v.name for v in items], group, prefix):
+                    lines += wrap_line(line, indent=4)
+            else:
+                lines += [f"  {v.name}" + (f"  [{v.kind}]" if v.kind != "timing" else "") for v in items]
+    lines += _coverage_lines(result, prefix)
+    suspects = result.suspects()
+    if suspects:
+        lines.append("")
+        lines += wrap_line(f"suspects to re-measure ({len(suspects)}): "
+                           + ", ".join(n.removeprefix(prefix) for n in suspects))
+    spread = delta_spread(result)
+    if spread is not None:
+        lines.append("")
+        lines.append(f"Δ of the medians over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
+                     f"p95 |Δ| {spread[2] * 100:.2f}%, max |Δ| {spread[3] * 100:.2f}%")
+    lines.append("")
+    lines.append(f"summary: {verdict_summary(result)}")
+    return "\n".join(lines)
+
+
+#: a list of more names than this is shown as one line per backend and model
+LIST_LIMIT = 10
+
+
+def _coverage_lines(result: CompareResult, prefix: str) -> list[str]:
+    """What was judged of what was expected, and the cases skipped on both sides (collapsed)."""
+    cov = result.coverage
+    if cov is None:
+        return []
+    lines = ["", *wrap_line(f"coverage: {cov.summary()}")]
+    if cov.skipped_both:
+        shown = ", ".join(n.removeprefix(prefix) for n in cov.skipped_both[:3])
+        more = f", ... {len(cov.skipped_both) - 3} more" if len(cov.skipped_both) > 3 else ""
+        lines += wrap_line(f"SKIPPED on both sides ({len(cov.skipped_both)}, not judged): {shown}{more}")
+    return lines
+
+
+def verdict_summary(result: CompareResult) -> str:
+    """The verdict in one line, e.g. ``2 PASS, 1 FAIL → regression (exit 1)``: the table's last
+    line, and the message a failed gate test shows in pytest's short summary. An incomplete
+    comparison says what was expected and what was judged."""
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
+    code = result.exit_code
+    outcome = OUTCOME[code]
+    if code == EXIT_INCOMPLETE and result.coverage is not None:
+        outcome = result.coverage.problem()
+    return f"{counts or 'no verdicts'} → {outcome} (exit {code})"
+
+
+def power_table(rows: Sequence[PowerRow], policy: Policy) -> str:
+    """``fp4bench power``'s rows (``gate.power``) as a text table, with the policy that produced them."""
+    rs = policy.rule_settings()
+    head = (f"gate: floor {policy.floor * 100:g}%, guard band {math.expm1(rs.threshold) * 100:.2g}%, "
+            f"bounds {rs.confidence:g} (FAIL) / {rs.pass_confidence:g} (PASS) on window medians")
+    lines = [head, f"{'slowdown':>9} {'FAIL':>11} {'rate':>6} {'AMBIGUOUS':>9} {'PASS':>5} {'other':>5} "
+                   f"{'median Δ':>9}"]
+    for r in rows:
+        lines.append(f"{r.slowdown * 100:8.2f}% {r.fail:5d} / {r.timed:<3d} {r.fail_rate:6.0%} {r.ambiguous:9d} "
+                     f"{r.passed:5d} {r.other:5d} {r.median_delta * 100:+8.2f}%")
+    return "\n".join(lines)
+
+
+# --- sweep results ----------------------------------------------------------------------------
+
+_Formatter = Callable[[Any], str]
+
+
+def _num(fmt: str) -> _Formatter:
+    return lambda v: format(float(v), fmt)
+
+
+#: known row keys -> (column title, formatter); other keys print as-is under their own name
+KNOWN_COLUMNS: dict[str, tuple[str, _Formatter]] = {
+    "time_s": ("time", format_seconds),
+    "median_s": ("median", format_seconds),
+    "min_s": ("min", format_seconds),
+    "tflops": ("TFLOP/s", _num(".1f")),
+    "gbps": ("GB/s", _num(".0f")),
+    "pct_peak": ("% peak", _num(".1f")),
+    "pct_peak_bw": ("% peak BW", _num(".1f")),
+    "noise": ("noise", lambda v: f"±{float(v) * 100:.1f}%"),
+}
+
+
+def _cell(key: str, v: Any) -> tuple[str, bool]:
+    """(text, right-aligned?) for one value."""
+    if v is None:
+        return "-", True
+    if key in KNOWN_COLUMNS:
+        return KNOWN_COLUMNS[key][1](v), True
+    if isinstance(v, bool):
+        return str(v), False
+    if isinstance(v, int):
+        return str(v), True
+    if isinstance(v, float):
+        return f"{v:.4g}", True
+    return str(v), False
+
+
+def results_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Fixed-width table of sweep rows, e.g. ``{"case": ..., "time_s": 2.3e-5, "tflops": 812.0,
+    "pct_peak": 41.0, "notes": "cold L2"}``. Columns: ``columns`` or the union of keys in order."""
+    if columns is None:
+        seen: dict[str, None] = {}
+        for r in rows:
+            for k in r:
+                seen.setdefault(k, None)
+        columns = list(seen)
+    if not columns:
+        return "(no results)"
+    header, body, right = table_cells(rows, columns)
+    return "\n".join(_render(header, body, right))
+
+
+def table_cells(rows: list[dict], columns: list[str]) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Header, formatted cells and right-alignment per column of a results table (a column is
+    right-aligned when any of its values is a number)."""
+    header = [KNOWN_COLUMNS[c][0] if c in KNOWN_COLUMNS else c for c in columns]
+    body, right = [], [False] * len(columns)
+    for r in rows:
+        cells = []
+        for i, c in enumerate(columns):
+            text, is_right = _cell(c, r.get(c))
+            right[i] = right[i] or (is_right and r.get(c) is not None)
+            cells.append(text)
+        body.append(cells)
+    return header, body, right
+
+
+def result_row(spec: Any, res: Any) -> dict:
+    """One line of the end-of-run table for a measured case (``sweep.CaseSpec``, ``case.CaseResult``):
+    size -> time, TFLOP/s, % of peak, notes."""
+    x = res.extra_info
+    p = spec.problem
+    notes = [x.get("timer", ""), x.get("l2", "")]
+    if x.get("throttled"):
+        notes.append("THROTTLED " + ",".join(x.get("throttle_reasons") or []))
+    if x.get("timing_note"):
+        notes.append(x["timing_note"])
+    return {"backend": spec.backend, "tactic": spec.tactic.label, "problem": f"{p.origin.model} b{p.origin.batch} {p.origin.role}",
+            "size": p.size, "median_s": res.timing.median_s, "tflops": x.get("tflops"),
+            "gbps": x["tbps"] * 1e3 if x.get("tbps") is not None else None, "pct_peak": x.get("pct_peak_compute"),
+            "pct_peak_bw": x.get("pct_peak_bandwidth"), "noise": x.get("rel_ci95"),
+            "sqnr_db": x.get("sqnr_db"), "notes": "; ".join(n for n in notes if n)}

@@ -1,0 +1,328 @@
+"""One benchmark case as a plain object: backend × problem × tactic -> checked, timed record.
+
+Cross-backend agreement needs no separate check: every backend is held to the same
+elementwise bound around the reference decoded from the *same bytes*, so two passing
+backends agree within twice that bound by the triangle inequality (a second comparison
+could never fail on its own).
+
+Order matters and is fixed here, not in pytest: availability gate -> shape gate -> operands
+(quantized once, cached) -> prepare -> correctness (a failed check skips timing) -> kernel
+names (profiler, untimed) -> GPU timing with NVML sampling -> extra_info. The pytest plugin
+only turns a ``CaseResult`` into skip / fail / benchmark stats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
+from fp4bench.measure import copies as copy_rule
+from fp4bench.measure import kernels as kernel_ids
+from fp4bench.measure import peaks as peak_table
+from fp4bench.measure.telemetry import for_device as telemetry_for
+from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
+from fp4bench.measure.verify import CheckResult, check_case, gemm_error_bound
+from fp4bench.measure.verify_quant import check_quant
+from fp4bench.workload.operands import Operands, make_operands
+from fp4bench.workload.problems import GemmProblem, MoEProblem, Problem, QuantProblem
+from fp4bench.reference.dense import (decoded_activations, decoded_weights, expert_products, reference_gemm,
+                                unquantized_gemm)
+
+SKIPPED = "skipped"
+UNSUPPORTED = "unsupported"
+FAILED = "failed"
+MEASURED = "measured"
+
+
+@dataclass
+class CaseResult:
+    status: str  # skipped | unsupported | failed | measured
+    reason: str = ""
+    check: CheckResult | None = None
+    timing: TimingResult | None = None
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Reference:
+    out: torch.Tensor
+    bound: torch.Tensor
+    unquantized: torch.Tensor | None
+
+
+def _clone(obj: Any) -> Any:
+    """Deep copy of tensors inside (possibly nested) dataclasses: rotating input copies."""
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _clone(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
+def _clone_bytes(obj: Any) -> int:
+    """The bytes ``_clone(obj)`` allocates: every tensor inside, one clone each."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(_clone_bytes(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init)
+    return 0
+
+
+#: the bf16 weight originals of an operand set (``Operands.w``, ``w2``)
+_WEIGHT_ORIGINALS = ("w", "w2")
+
+
+def _copied_fields(ops: Operands) -> list[str]:
+    """The fields a rotating copy clones: everything a backend of the operand set's formats reads.
+    With a quantized weight format the bf16 weight originals are only the quantizer's input (the
+    backends and the reference read ``qw``/``qw2``: ``reference.decoded_weights``), so a copy
+    shares them instead of cloning two to four times the bytes it times."""
+    shared = _WEIGHT_ORIGINALS if ops.weight_format != "bf16" else ()
+    return [f.name for f in dataclasses.fields(ops) if f.init and f.name not in shared]
+
+
+def operand_copy(ops: Operands) -> Operands:
+    """A rotating copy of ``ops``: the same bytes, in allocations of its own (``_copied_fields``)."""
+    return dataclasses.replace(ops, **{n: _clone(getattr(ops, n)) for n in _copied_fields(ops)})
+
+
+def copy_bytes(ops: Operands) -> int:
+    """The device bytes ``operand_copy(ops)`` allocates: what one more copy costs."""
+    return sum(_clone_bytes(getattr(ops, n)) for n in _copied_fields(ops))
+
+
+def _options_key(options: dict[str, Any]) -> tuple:
+    """Hashable form of reference options (tensors by value: a recalibrated scale is another key)."""
+    out = []
+    for k in sorted(options):
+        v = options[k]
+        if isinstance(v, torch.Tensor):
+            v = tuple(v.detach().double().flatten().tolist())
+        out.append((k, v))
+    return tuple(out)
+
+
+def measurement_of(device_type: str, cold_l2: bool, timer: str, min_copies: int = copy_rule.MIN_COPIES
+                   ) -> dict[str, Any]:
+    """The effective L2 state (a CPU run is always cache-hot), timer and rotating-copy rule of a
+    runner's settings: what a saved run records and a baseline's must match. ``min_copies`` and
+    ``copy_memory`` (``measure.copies``) say how many placements a case averages at least and
+    the share of device memory its copies may take; with a hot L2 every case has one copy."""
+    cold = cold_l2 and device_type == "cuda"
+    out: dict[str, Any] = {"l2": "cold" if cold else "hot", "timer": timer, "min_copies": min_copies if cold else 1}
+    if cold:
+        out["copy_memory"] = copy_rule.MEMORY_FRACTION
+    return out
+
+
+class CaseRunner:
+    """Holds the per-session caches (operands, references) and the measurement settings."""
+
+    def __init__(self, device: torch.device, timing: TimingConfig, *, cold_l2: bool = True,
+                 seed: int = 0, min_copies: int = copy_rule.MIN_COPIES,
+                 max_rotating_copies: int = copy_rule.MAX_COPIES,
+                 peaks: peak_table.GpuPeaks | None = None, cache_size: int = 2):
+        self.device, self.timing, self.cold_l2, self.seed = device, timing, cold_l2, seed
+        if not 1 <= min_copies <= max_rotating_copies:
+            raise ValueError(f"min_copies must be in 1..{max_rotating_copies}, got {min_copies}")
+        self.min_copies, self.max_rotating_copies = min_copies, max_rotating_copies
+        self.peaks = peaks
+        self._ops: OrderedDict[tuple, Operands] = OrderedDict()
+        self._refs: OrderedDict[tuple, _Reference] = OrderedDict()
+        self._cache_size = cache_size
+        # one backend's prepared operands, reused by all its tactics of a problem (the sweep is
+        # problem-major and backend-contiguous): re-interleaving a 5 GB MoE layer per tactic
+        # would dominate a tactic sweep's wall time
+        self._prep_for: tuple[Backend, Operands] | None = None
+        self._prep: Prepared | None = None
+
+    def measurement(self) -> dict[str, Any]:
+        """How this runner takes its times (recorded in a saved run's ``sweep``)."""
+        return measurement_of(self.device.type, self.cold_l2, self.timing.mode, self.min_copies)
+
+    # -- caches -------------------------------------------------------------------------
+    def _lru(self, cache: OrderedDict, key: tuple, make):
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        while len(cache) >= self._cache_size:
+            cache.popitem(last=False)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        cache[key] = value = make()
+        return value
+
+    def operands(self, problem: Problem, act: str, weight: str) -> Operands:
+        return self._lru(self._ops, (problem.id, act, weight),
+                         lambda: make_operands(problem, act, weight, self.device, self.seed))
+
+    def reference(self, ops: Operands, options: dict[str, Any] | None = None, roundings: int = 1) -> _Reference:
+        """The reference for ``ops`` under a backend's ``reference_options`` and output roundings
+        (cached per problem, formats and options: backends that round alike share it)."""
+        options = dict(options or {})
+
+        def make() -> _Reference:
+            if isinstance(ops.problem, MoEProblem):
+                from fp4bench.reference import moe as reference_moe
+
+                out = reference_moe.reference_moe(ops, **options)
+                # the end-to-end quantization loss vs the bf16 layer (recorded, not pass/fail)
+                return _Reference(out, reference_moe.moe_error_bound(ops, out, **options),
+                                  reference_moe.unquantized_moe(ops))
+            if options:
+                raise ValueError(f"reference options {sorted(options)} apply to MoE problems only")
+            out = reference_gemm(ops)
+            if isinstance(ops.problem, GemmProblem):
+                bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k,
+                                         roundings)
+            else:
+                bound = self._grouped_bound(ops, out, roundings)
+            return _Reference(out, bound, unquantized_gemm(ops))
+
+        key = (ops.problem.id, ops.act_format, ops.weight_format, _options_key(options), roundings)
+        return self._lru(self._refs, key, make)
+
+    @staticmethod
+    def _grouped_bound(ops: Operands, ref: torch.Tensor, roundings: int = 1) -> torch.Tensor:
+        bound = torch.zeros_like(ref)
+        for lo, hi, a, w in expert_products(ops):
+            bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k, roundings)
+        return bound
+
+    def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
+        """``backend.prepare`` for these very operands, reused until another backend or operand set
+        comes (identity, not ids: an evicted operand set's address may be reused)."""
+        held = self._prep_for
+        if self._prep is None or held is None or held[0] is not backend or held[1] is not ops:
+            self.drop_prepared()  # free the old layouts before allocating the new
+            self._prep = backend.prepare(problem, ops, self.device)
+            self._prep_for = (backend, ops)
+        return self._prep
+
+    def drop_prepared(self) -> None:
+        """Forget the cached prepared operands (the next case prepares afresh)."""
+        self._prep_for, self._prep = None, None
+
+    def release(self) -> None:
+        """Forget every cached operand set, reference and prepared layout and hand the freed
+        device memory back to the driver, so another process on this GPU can use it."""
+        import gc
+
+        self.drop_prepared()
+        self._ops.clear()
+        self._refs.clear()
+        gc.collect()  # a reference cycle (a traceback, a closure) must not keep a released copy
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # -- one case -----------------------------------------------------------------------
+    def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
+        """Gate, check and (unless ``measure`` is False: correctness only) time one case."""
+        avail = availability_of(backend, self.device)
+        if not avail.ok:
+            return CaseResult(SKIPPED, f"{backend.name}: {avail.reason}")
+        why = backend.unsupported_reason(problem)
+        if why:
+            return CaseResult(SKIPPED, f"{backend.name}: {why}")
+        ops = self.operands(problem, backend.act_format, backend.weight_format)
+        prep = self.prepared(backend, problem, ops)
+        info = self._describe(backend, avail.version, problem, tactic)
+        try:
+            check = self._check(backend, ops, prep, tactic)
+        except TacticUnsupported as exc:
+            info["availability"] = f"unsupported: {exc}"
+            return CaseResult(UNSUPPORTED, str(exc), extra_info=info)
+        info["availability"] = "ok"
+        info.update(check.to_extra_info())
+        if not check.ok:
+            return CaseResult(FAILED, f"{check.kind}: {check.detail}{backend.failure_hint(prep)}", check=check,
+                              extra_info=info)
+        if not measure:
+            return CaseResult(MEASURED, "correctness only (timing disabled)", check=check, extra_info=info)
+        fns = self._rotating_calls(backend, problem, ops, prep, tactic)
+        if self.device.type == "cuda":
+            with telemetry_for(self.device) as tele:
+                timing = time_gpu(fns, self.timing, self.device, backend.no_graph_reason)
+            if tele.result is not None:
+                # energy per call is only reported for windows >= 1 s (see TelemetrySampler)
+                info.update(tele.result.to_extra_info(len(timing.samples_s) * timing.calls_per_sample))
+        else:
+            timing = time_cpu(fns, dataclasses.replace(self.timing, mode="cpu"))
+        if "kernels" not in timing.extra:  # the CUPTI timer already saw them; else one profiled call
+            names = kernel_ids.kernel_names(fns[0])
+            if names or self.device.type == "cuda":  # a CPU run sees no device kernels
+                info["kernels"] = names
+        info.update(timing.to_extra_info())
+        info.update(self._rates(problem, backend, timing.median_s))
+        return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
+
+    def _check(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic) -> CheckResult:
+        """A quantizer's bytes bit-exact against ours; a GEMM's output against the reference (after
+        the bytes of an end-to-end row's own quantizer)."""
+        layout = getattr(backend, "scale_layout", "128x4")
+        if isinstance(ops.problem, QuantProblem):
+            return check_quant(lambda: backend.run(prep, tactic), ops.qa, layout)
+        own = getattr(backend, "quantized_activations", None)  # an end-to-end row quantizes itself
+        if own is not None:
+            quantized = check_quant(lambda: own(prep), ops.qa, layout)
+            if not quantized.ok:
+                return quantized
+        ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
+        return check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
+
+    def timed_calls(self, backend: Backend, problem: Problem, tactic: Tactic) -> list:
+        """The callables ``run`` times (rotating copies for a cold L2), for a caller that times
+        them in several short rounds (``fp4bench ab``) instead of one ``run``."""
+        ops = self.operands(problem, backend.act_format, backend.weight_format)
+        return self._rotating_calls(backend, problem, ops, self.prepared(backend, problem, ops), tactic)
+
+    def copies_for(self, backend: Backend, problem: Problem, ops: Operands) -> int:
+        """Rotating copies of this case (``measure.copies``): one with a hot L2 or off CUDA; else
+        from the GPU's L2 and *total* memory, so every process on the GPU gets the same count."""
+        if not (self.cold_l2 and self.device.type == "cuda"):
+            return 1
+        props = torch.cuda.get_device_properties(self.device)
+        return copy_rule.copy_count(l2_bytes=props.L2_cache_size,
+                                    footprint_bytes=problem.bytes_moved(backend.act_format, backend.weight_format),
+                                    copy_bytes=copy_bytes(ops), total_bytes=props.total_memory,
+                                    min_copies=self.min_copies, max_copies=self.max_rotating_copies)
+
+    def _rotating_calls(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared,
+                        tactic: Tactic) -> list:
+        """One callable per copy: the prepared checked operands, then each further copy cloned
+        into allocations of its own (``operand_copy``, made while the others are alive, so at
+        another place in device memory) and prepared. Made afresh for every measurement, never
+        cached."""
+        copies = self.copies_for(backend, problem, ops)
+        preps = [prep] + [backend.prepare(problem, operand_copy(ops), self.device) for _ in range(copies - 1)]
+        return [(lambda p=p: backend.run(p, tactic)) for p in preps]
+
+    def _describe(self, backend: Backend, version: str | None, problem: Problem, tactic: Tactic) -> dict:
+        o = problem.origin
+        info: dict[str, Any] = {
+            "backend": backend.name, "backend_version": version, "api": backend.api,
+            "tactic": tactic.label, "explicit_tactic": not tactic.default, "problem": problem.id, "kind": problem.kind,
+            "model": o.model, "batch": o.batch, "tp": o.tp, "routing": o.routing, "role": o.role,
+            "act_format": backend.act_format, "weight_format": backend.weight_format,
+            # rotating copies are only made on CUDA (``_rotating_calls``): a CPU run is cache-hot
+            "l2": "cold (rotating copies)" if self.cold_l2 and self.device.type == "cuda" else "hot",
+        }
+        if tactic.config is not None:
+            info["tactic_config"] = tactic.config
+        info.update(problem.shape_info())
+        return info
+
+    def _rates(self, problem: Problem, backend: Backend, seconds: float) -> dict:
+        flops = problem.flops
+        nbytes = problem.bytes_moved(backend.act_format, backend.weight_format)
+        out = {"flops": flops, "bytes": nbytes, "tflops": flops / seconds / 1e12, "tbps": nbytes / seconds / 1e12}
+        if self.peaks is not None:
+            _, _, pc, pb = peak_table.percent_of_peak(flops, nbytes, seconds, self.peaks, backend.weight_format)
+            out.update(pct_peak_compute=pc, pct_peak_bandwidth=pb)
+        return out

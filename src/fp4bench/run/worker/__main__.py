@@ -1,0 +1,3 @@
+from fp4bench.run.worker.child import main
+
+raise SystemExit(main())

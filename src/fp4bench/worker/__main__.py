@@ -1,3 +1,0 @@
-from fp4bench.worker.child import main
-
-raise SystemExit(main())
