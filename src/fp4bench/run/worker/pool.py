@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fp4bench
 from fp4bench.run.worker import protocol
 
 #: the directory holding the ``fp4bench`` package this parent runs: put first on the child's
 #: PYTHONPATH so both sides of a comparison run the same harness code over their own stack
-SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+SOURCE_ROOT = str(Path(fp4bench.__file__).resolve().parent.parent)
 
 
 class WorkerLost(RuntimeError):
