@@ -30,7 +30,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Collection
 
 from fp4bench.ab.defaults import DEFAULTS
