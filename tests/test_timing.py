@@ -224,7 +224,8 @@ def test_timing_result_extra_info():
 # --- record_in_benchmark into a real pytest-benchmark fixture ------------------------------------
 
 _INJECT = """
-from fp4bench.measure.timing import TimingResult, record_in_benchmark
+from fp4bench.measure.timing import TimingResult
+from fp4bench.plugin.benchmark import record_in_benchmark
 
 SAMPLES = [3e-3, 1e-3, 2e-3, 5e-3, 4e-3, 2.5e-3]
 

@@ -30,7 +30,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Collection
 
 from fp4bench.ab.defaults import DEFAULTS
@@ -39,6 +39,7 @@ from fp4bench.ab.schedule import SIDES, alloc_order, resident_capacity, round_or
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.measure.copies import MIN_COPIES
 from fp4bench.measure.timing import TIMER_ENV
+from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
 from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
 
@@ -240,10 +241,8 @@ class GpuPart:
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
     """The worker's init message: the default timing method (the round sample count is set per
     request), the backend modules of both sides and of this side."""
-    from fp4bench.measure.timing import TimingConfig
-
-    return {"device": cfg.device, "plugins": list(cfg.plugins) + list(side.plugins),
-            "timing": asdict(TimingConfig()), "cold_l2": cfg.cold_l2, "seed": cfg.seed, "min_copies": cfg.min_copies}
+    return RunnerSettings(device=cfg.device, plugins=(*cfg.plugins, *side.plugins), cold_l2=cfg.cold_l2,
+                          seed=cfg.seed, min_copies=cfg.min_copies).to_init()
 
 
 #: device memory a process may keep after a release (its CUDA context, cuBLAS workspaces, the

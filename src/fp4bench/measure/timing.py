@@ -427,27 +427,3 @@ def energy(unit: Replay, window_s: float, device: torch.device) -> dict[str, Any
             torch.cuda.synchronize(device)
     info = tel.result.to_extra_info(replays * unit.calls) if tel.result is not None else {}
     return {"energy_" + k if not k.startswith(("energy", "joules")) else k: v for k, v in info.items()}
-
-
-def record_in_benchmark(benchmark: Any, result: TimingResult) -> None:
-    """Hand our GPU-time samples to pytest-benchmark so its stats, JSON and
-    ``--benchmark-compare-fail`` all operate on GPU seconds per call.
-
-    pytest-benchmark has no public API for externally timed samples; ``_make_stats`` +
-    ``update`` is the "sample injection" technique (pytest-benchmark ``BenchmarkFixture._make_stats``). We check
-    the internals exist so a pytest-benchmark upgrade fails loudly rather than silently.
-    """
-    make_stats = getattr(benchmark, "_make_stats", None)
-    if make_stats is None:
-        raise RuntimeError("this pytest-benchmark version has no BenchmarkFixture._make_stats; pin <5.4")
-    stats_obj = getattr(benchmark, "stats", None)
-    if stats_obj is None:
-        stats_obj = make_stats(1)
-    else:  # re-measured (the plugin's confirm step): replace the samples, keep one JSON entry
-        stats_obj.stats = type(stats_obj.stats)()
-    # mark the fixture used: without this pytest-benchmark warns "Benchmark fixture was not used
-    # at all in this test!" on every fp4bench test, and a later benchmark(...) call would add a
-    # second entry instead of raising FixtureAlreadyUsed
-    benchmark._mode = "fp4bench.record_in_benchmark"
-    for s in result.samples_s:
-        stats_obj.update(s)

@@ -1,9 +1,10 @@
 """The pytest plugin (registered as ``fp4bench.plugin``): its hooks and fixtures live in ``hooks``.
 
-What the plugin delegates to: ``session`` (one run's state; runs and gates each case), ``console``
-(what a run prints), ``runlog`` / ``outputs`` / ``compat`` (files and pytest-benchmark
-conventions), ``xdist`` (``-n`` over the GPUs), ``merge`` (a worker's finished case into the
-controller's session) and ``ab`` (``--fp4-ab-against``).
+What the plugin delegates to: ``session`` (one run's state, and a method per job of ``settings``,
+``baselines``, ``cases`` and ``finish``), ``console`` (what a run prints), ``runlog`` /
+``outputs`` / ``compat`` (files and pytest-benchmark conventions), ``benchmark`` (every use of
+pytest-benchmark's internal objects), ``xdist`` (``-n`` over the GPUs), ``merge`` (a worker's
+finished case into the controller's session) and ``ab`` (``--fp4-ab-against``).
 """
 
 from fp4bench.plugin.hooks import (  # noqa: F401  pytest finds hooks and fixtures by name on this module

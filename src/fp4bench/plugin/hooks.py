@@ -20,6 +20,7 @@ import pytest
 from fp4bench.options.registry import BASELINES, GATE, SWEEP, add_options, nonneg_seconds, positive_seconds
 from fp4bench.plugin.session import SESSION, Fp4Session
 from fp4bench.plugin.session import session_of as _state
+from fp4bench.plugin import benchmark as plugin_benchmark
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -94,8 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                   "fp4bench.plugin.compat")
     config.pluginmanager.register(plugin_ab.AbPlugin(config), "fp4bench.plugin.ab")
     config.addinivalue_line("markers", "fp4(kind): an fp4bench benchmark of problems of this kind")
-    if hasattr(config.option, "benchmark_save_data"):
-        config.option.benchmark_save_data = True  # --benchmark-autosave files carry raw samples: gateable
+    plugin_benchmark.keep_raw_samples(config)  # --benchmark-autosave files carry raw samples: gateable
     if config.getoption("fp4_python") and not config.getoption("fp4_isolate"):
         raise pytest.UsageError("fp4bench: --fp4-python is the interpreter of --fp4-isolate's workers: "
                                 "it needs --fp4-isolate")
@@ -279,9 +279,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     if not st.ready:
         return
     output_json["fp4bench"] = st.json_section()
-    for bench in output_json.get("benchmarks", []):  # JSON data, not pytest-benchmark's "UNSERIALIZABLE[...]"
-        if isinstance(bench.get("params"), dict) and hasattr(bench["params"].get("fp4_case"), "id"):
-            bench["params"] = {**bench["params"], "fp4_case": bench["params"]["fp4_case"].id}
+    plugin_benchmark.plain_entries(output_json)  # JSON data, not pytest-benchmark's "UNSERIALIZABLE[...]"
     if st.copy_to is not None:
         from fp4bench.gate.baseline import write_baseline
 

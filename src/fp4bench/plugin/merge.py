@@ -16,15 +16,16 @@ Controller side. ``absorb`` and ``absorb_end`` put that data where a single-proc
 what it measured, so the one verdict table, results file, CSV, line log and coverage account are
 made by the same code as in a single-process run. ``merged_fingerprint`` is the run's fingerprint:
 the workers' fields, with every field they disagree on (``gpu_uuid`` on two or more GPUs) None;
-each benchmark's own GPU is its ``extra_info["gpu_uuid"]``. ``results_json`` is the one
-pytest-benchmark-format results file.
+each benchmark's own GPU is its ``extra_info["gpu_uuid"]``. The workers' pytest-benchmark JSON
+entries become the run's one results file (``plugin.benchmark.write_results``).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from typing import Any, Sequence
+
+from fp4bench.plugin.benchmark import entry_of, extra_info_of
 
 KEY = "fp4bench"
 
@@ -42,20 +43,6 @@ def plain(value: Any) -> Any:
         return str(o)
 
     return json.loads(json.dumps(value, default=default))
-
-
-def _entry(item: Any) -> dict | None:
-    """The case's pytest-benchmark JSON entry (as pytest-benchmark's ``Metadata.as_dict`` writes
-    it), or None when nothing was timed."""
-    bench = getattr(item, "funcargs", {}).get("benchmark")
-    stats = getattr(bench, "stats", None)
-    if stats is None:
-        return None
-    entry = stats.as_dict(include_data=True)
-    params = entry.get("params")
-    if isinstance(params, dict) and hasattr(params.get("fp4_case"), "id"):
-        entry["params"] = {**params, "fp4_case": params["fp4_case"].id}
-    return entry
 
 
 def case_data(st: Any, item: Any, reason: str = "", planned: Sequence[str] | None = None) -> dict[str, Any]:
@@ -79,13 +66,12 @@ def case_data(st: Any, item: Any, reason: str = "", planned: Sequence[str] | Non
         data["availability"] = {key: st.availability[key]} if key in st.availability else {}
     if name in st.skipped:
         data["skipped"] = st.skipped[name]
-    bench = getattr(item, "funcargs", {}).get("benchmark")
-    data["extra_info"] = dict(getattr(bench, "extra_info", {}) or {})  # what a failed check recorded
+    data["extra_info"] = extra_info_of(item)  # what a failed check recorded
     if name in st.measured:
         samples, extra = st.measured[name]
         data["extra_info"] = extra
         data["measured"] = {"samples": samples, "extra_info": extra, "windows": st.windows.get(name, [samples]),
-                            "judged": st.judged.get(name), "row": st.row_of.get(name), "entry": _entry(item)}
+                            "judged": st.judged.get(name), "row": st.row_of.get(name), "entry": entry_of(item)}
     if planned is not None:
         data["planned"] = list(planned)
     return plain(data)
@@ -175,22 +161,3 @@ def in_order(st: Any, planned: Sequence[str]) -> None:
 
     st.measured = {name: st.measured[name] for name in sorted(st.measured, key=key)}
     st.rows = [st.row_of[name] for name in sorted(st.row_of, key=key)]
-
-
-def results_json(config: Any, st: Any) -> dict[str, Any]:
-    """The run's results in pytest-benchmark's JSON format, with the ``fp4bench`` section (the
-    ``pytest_benchmark_update_json`` hooks add it), as pytest-benchmark writes it
-    (pytest-benchmark, session.py, ``BenchmarkSession.handle_saving``; plugin.py,
-    ``pytest_benchmark_generate_json``)."""
-    import pytest_benchmark
-
-    hook = config.hook
-    machine = hook.pytest_benchmark_generate_machine_info(config=config)
-    hook.pytest_benchmark_update_machine_info(config=config, machine_info=machine)
-    commit = hook.pytest_benchmark_generate_commit_info(config=config)
-    hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit)
-    out = {"machine_info": machine, "commit_info": commit,
-           "benchmarks": [st.entries[n] for n in sorted(st.entries)],
-           "datetime": datetime.now(timezone.utc).isoformat(), "version": pytest_benchmark.__version__}
-    hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=out)
-    return out

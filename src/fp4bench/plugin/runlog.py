@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fp4bench.run.linelog import SUFFIX, LineLog
+from fp4bench.plugin.benchmark import extra_info_of
 from fp4bench.plugin.session import session_of
 
 _LOG = pytest.StashKey[LineLog]()
@@ -80,8 +81,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     st = session_of(item.config)
     samples, extra = st.measured.get(item.nodeid, (None, None))
     if extra is None:
-        bench = getattr(item, "funcargs", {}).get("benchmark")
-        extra = dict(getattr(bench, "extra_info", {}) or {})
+        extra = extra_info_of(item)
     key = availability_key(spec.backend, spec.problem.id, spec.tactic.label)
     avail = {key: st.availability[key]} if key in st.availability else {}
     from fp4bench.plugin.console import REASON

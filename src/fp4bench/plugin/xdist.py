@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from fp4bench.gpus.pinning import GPU_KEY, GPUS_KEY
+from fp4bench.plugin import benchmark as plugin_benchmark
 from fp4bench.plugin.session import session_of
 
 #: pytest-benchmark options whose files a merged run cannot write (pytest-benchmark switches
@@ -185,12 +186,7 @@ def quiet_worker(config: pytest.Config) -> None:
     ``trylast``)."""
     if not hasattr(config, "workerinput") or GPU_KEY not in config.workerinput:
         return
-    for dest in ("benchmark_json", "benchmark_save", "benchmark_compare_fail"):
-        if hasattr(config.option, dest):
-            setattr(config.option, dest, None)
-    for dest in ("benchmark_autosave", "benchmark_compare"):
-        if hasattr(config.option, dest):
-            setattr(config.option, dest, False)
+    plugin_benchmark.write_nothing(config)
 
 
 class ControllerPlugin:
@@ -299,19 +295,9 @@ class ControllerPlugin:
         return result
 
     def _write_json(self) -> None:
-        from fp4bench.plugin import merge
-
-        target = self.config.getoption("benchmark_json", default=None)
-        if target is None or not self.st.entries or not self.st.ready:
-            return
-        from pytest_benchmark.utils import safe_dumps
-
-        text = safe_dumps(merge.results_json(self.config, self.st), ensure_ascii=True, indent=4).encode()
-        if hasattr(target, "write"):  # pytest-benchmark < 5.3 opens the file itself
-            target.write(text)
-            target.flush()
-        else:
-            Path(target).write_bytes(text)
+        """The one results file of the run (``--benchmark-json``): the workers' entries in name order."""
+        if self.st.entries and self.st.ready:
+            plugin_benchmark.write_results(self.config, [self.st.entries[n] for n in sorted(self.st.entries)])
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
@@ -331,12 +317,9 @@ class WorkerPlugin:
         self.planned: list[str] | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        # pytest-benchmark would warn "Benchmarks are automatically disabled because xdist plugin is
-        # active" (pytest-benchmark, session.py, ``note_xdist_benchmark`` / ``pytest_unconfigure``):
-        # not so for fp4bench's cases, which this worker times and the controller writes
-        bs = getattr(self.config, "_benchmarksession", None)
-        if bs is not None:
-            bs.xdist_warning = False
+        # this worker times fp4bench's cases and the controller writes them: no "Benchmarks are
+        # automatically disabled" warning
+        plugin_benchmark.no_xdist_warning(self.config)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from fp4bench.gpus.plan import share

@@ -28,7 +28,7 @@ Two ways a run takes more than one window of a case:
   would leave them seconds apart in one power state, which is what makes a single-window
   baseline misleading.
 * a suspect (``Verdict.wants_more``) takes its next window in its own test, at once
-  (``Fp4Session._gate``), within ``--fp4-max-windows`` and ``--fp4-window-budget``.
+  (``plugin.cases.gate``), within ``--fp4-max-windows`` and ``--fp4-window-budget``.
 """
 
 from __future__ import annotations

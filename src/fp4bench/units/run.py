@@ -27,12 +27,13 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gpus.devices import Gpu, pin_env
 from fp4bench.measure.timing import TIMER_ENV
+from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings
 from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
@@ -117,10 +118,7 @@ class UnitsRun:
 
 
 def _init(cfg: UnitsConfig) -> dict[str, Any]:
-    from fp4bench.measure.timing import TimingConfig
-
-    return {"device": cfg.device, "plugins": list(cfg.plugins), "timing": asdict(TimingConfig()),
-            "cold_l2": cfg.cold_l2, "seed": cfg.seed}
+    return RunnerSettings(device=cfg.device, plugins=tuple(cfg.plugins), cold_l2=cfg.cold_l2, seed=cfg.seed).to_init()
 
 
 def undecided(bench: UnitBench, settings: RuleSettings) -> bool:

@@ -15,31 +15,13 @@ import sys
 import traceback
 from typing import Any, TextIO
 
+from fp4bench.run.factory import runner_of
 from fp4bench.run.worker import protocol
 
 
 class Child:
     def __init__(self, init: dict[str, Any]):
-        import torch
-
-        from fp4bench.backends import registry
-        from fp4bench.run.case import CaseRunner
-        from fp4bench.env import collect_fingerprint
-        from fp4bench.measure import peaks
-        from fp4bench.measure.copies import MIN_COPIES
-        from fp4bench.measure.timing import TimingConfig
-
-        for mod in init.get("plugins", []):
-            registry.load_plugin(mod)
-        self.device = torch.device(init.get("device") or ("cuda:0" if torch.cuda.is_available() else "cpu"))
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        self.fingerprint = collect_fingerprint(self.device)
-        timing = TimingConfig(**init.get("timing", {}))
-        gpu_peaks = peaks.peak_for(self.fingerprint.gpu_name) if self.device.type == "cuda" else None
-        self.runner = CaseRunner(self.device, timing, cold_l2=init.get("cold_l2", True),
-                                 seed=init.get("seed", 0), min_copies=init.get("min_copies", MIN_COPIES),
-                                 peaks=gpu_peaks)
+        self.device, self.fingerprint, self.runner = runner_of(init)
         self._calls: dict[str, tuple[Any, list, Any]] = {}  # case key -> (backend, timed callables, capture)
         # NVML around each timing round (``fp4bench ab``): on a GPU only (a CPU run has no GPU
         # clocks to report); ``nvml`` injects a pynvml-like object (tests)

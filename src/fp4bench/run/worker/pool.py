@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import fp4bench
+from fp4bench.run.case import measurement_of
+from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.worker import protocol
 
 #: the directory holding the ``fp4bench`` package this parent runs: put first on the child's
@@ -236,15 +238,10 @@ class IsolatedRunner:
         self.worker = Worker(spec)
 
     def measurement(self) -> dict[str, str]:
-        """What the worker's ``CaseRunner`` reports, from the settings it is started with."""
-        from fp4bench.run.case import measurement_of
-
-        init = self.worker.spec.init
-        from fp4bench.measure.copies import MIN_COPIES
-
-        return measurement_of(str(init.get("device", "cpu")).split(":")[0], bool(init.get("cold_l2", True)),
-                              str((init.get("timing") or {}).get("mode", "graph")),
-                              int(init.get("min_copies", MIN_COPIES)))
+        """What the worker's ``CaseRunner`` reports, from the settings it is started with (a
+        worker without a device named counts as a CPU run)."""
+        s = RunnerSettings.from_init(self.worker.spec.init)
+        return measurement_of((s.device or "cpu").split(":")[0], s.cold_l2, s.timing.mode, s.min_copies)
 
     def run(self, backend, problem, tactic, *, measure: bool = True):
         from fp4bench.run.case import FAILED, CaseResult

@@ -3,7 +3,7 @@
 Requests (parent -> child)::
 
     {"op": "init", "device": "cuda:0", "plugins": [...], "timing": {TimingConfig fields},
-     "cold_l2": true, "seed": 0}
+     "cold_l2": true, "seed": 0, "min_copies": 4}   run.settings.RunnerSettings.to_init
     {"op": "run", "case": CASE, "measure": true}     check + time, like CaseRunner.run
     {"op": "check", "case": CASE}                    check only, plus the reference digest
     {"op": "time", "case": CASE, "samples": 10}      one short timing round (after "check")
