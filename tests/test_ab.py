@@ -14,7 +14,9 @@ import pytest
 
 from fp4bench.ab.estimate import ab_estimate, offsets
 from fp4bench.ab.judge import judge, outcome, report, to_json
-from fp4bench.ab.run import AbConfig, AbRun, AbRunner, Paired, ProcInfo, SideResult, Side
+from fp4bench.ab.config import AbConfig, Side
+from fp4bench.ab.records import AbRun, Paired, ProcInfo, SideResult
+from fp4bench.ab.run import AbRunner
 from fp4bench.ab.schedule import alloc_order, round_order, start_order
 from fp4bench.cli.ab import ab_main
 from fp4bench.cli.compare import EXIT_INCOMPLETE
@@ -308,7 +310,7 @@ def _lost_run() -> AbRun:
 
     a = SideResult("measured", samples=[1e-5] * 8, digest="d")
     pair = Paired("b::lost", a, SideResult("measured", samples=[1e-5] * 4, digest="d"), [["A1", "B1"]])
-    from fp4bench.ab.run import Crash
+    from fp4bench.ab.records import Crash
 
     pair.crashes = [Crash("B2", "B", "b::lost", "round 2 of", "process B2 died: killed by SIGABRT (abort)")]
     return AbRun({"A": H200.to_dict(), "B": H200.to_dict()}, {"A": {}, "B": {}}, [pair], {"A": 0, "B": 0},
@@ -410,7 +412,7 @@ def test_telemetry_is_summarized_per_side_in_the_report_and_json():
     from _benchjson import H200
     from fp4bench.ab.judge import report
     from fp4bench.ab.judge import telemetry_summary as report_telemetry
-    from fp4bench.ab.run import AbRun, Paired, SideResult
+    from fp4bench.ab.records import AbRun, Paired, SideResult
 
     rng = np.random.default_rng(0)
 

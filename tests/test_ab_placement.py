@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fp4bench.ab.run import AbConfig, AbRunner, Side
+from fp4bench.ab.config import AbConfig, Side
+
+from fp4bench.ab.run import AbRunner
 from fp4bench.gate.rule import RuleSettings
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.run.sweep import SweepOptions

@@ -15,7 +15,9 @@ import pytest
 
 from fp4bench.ab.estimate import ab_estimate, ab_estimate_paired
 from fp4bench.ab.judge import FAILED_ON_BOTH, judge, outcome, report
-from fp4bench.ab.run import AbConfig, AbRun, AbRunner, Paired, Side, SideResult
+from fp4bench.ab.config import AbConfig, Side
+from fp4bench.ab.records import AbRun, Paired, SideResult
+from fp4bench.ab.run import AbRunner
 from fp4bench.ab.schedule import HEADROOM_MIN_BYTES, resident_capacity, round_order, turns
 from fp4bench.cli.ab import ab_main
 from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_USAGE

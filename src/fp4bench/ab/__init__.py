@@ -1,5 +1,7 @@
 """``fp4bench ab``: the same sweep in two Python environments on one GPU, interleaved.
 
-Layers: ``schedule`` (the A,B,B,A order) -> ``run`` (two workers: list, check, time in rounds)
--> ``judge`` (the paired samples through the existing gate, the report and its JSON).
+Layers: ``defaults`` / ``config`` (what a run is asked to do) -> ``schedule`` (the A,B,B,A order)
+-> ``estimate`` (one benchmark's paired estimate) -> ``records`` (what a run produced) -> ``run``
+(the worker processes: list, check, time in rounds) -> ``multi`` (one run per GPU) -> ``merge``
+(their runs as one) -> ``judge`` (the verdict, the report and its JSON).
 """

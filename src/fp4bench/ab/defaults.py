@@ -1,5 +1,5 @@
 """The default size of an ``fp4bench ab`` run, importable without torch/numpy/scipy, so that
-``fp4bench ab --help`` can show them (``ab.run.AbConfig`` takes its defaults from here).
+``fp4bench ab --help`` can show them (``ab.config.AbConfig`` takes its defaults from here).
 Why each value is what it is: docs/ab.md ("Defaults and why", "Wall-time estimate")."""
 
 from __future__ import annotations

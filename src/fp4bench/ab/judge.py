@@ -22,7 +22,7 @@ from typing import Any
 
 from fp4bench.ab.estimate import MIN_REPLICATES
 from fp4bench.ab.merge import CRASHED
-from fp4bench.ab.run import AbRun, GpuPart, Paired, SideResult
+from fp4bench.ab.records import AbRun, GpuPart, Paired, SideResult
 from fp4bench.env import Fingerprint
 from fp4bench.gate import rule
 from fp4bench.gate.baseline import Baseline, BenchmarkRecord, availability_value

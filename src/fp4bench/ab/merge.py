@@ -12,7 +12,7 @@ that listed different sweeps) is not judged either, never silently dropped.
 
 from __future__ import annotations
 
-from fp4bench.ab.run import AbRun, GpuPart, Paired, SideResult
+from fp4bench.ab.records import AbRun, GpuPart, Paired, SideResult
 from fp4bench.gate.rule import RuleSettings
 
 #: the side status of a benchmark whose GPU's run ended before measuring it

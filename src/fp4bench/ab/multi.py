@@ -21,7 +21,11 @@ import sys
 import threading
 from typing import Callable
 
-from fp4bench.ab.run import AbConfig, AbRunner, GpuPart, Side
+from fp4bench.ab.config import AbConfig, Side
+
+from fp4bench.ab.records import GpuPart
+
+from fp4bench.ab.run import AbRunner
 from fp4bench.gpus.devices import Gpu, pin_env
 from fp4bench.gpus.partition import assign, family_cost
 from fp4bench.run.sweep import SweepOptions

@@ -140,7 +140,8 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return 0 if e.code in (0, None) else EXIT_USAGE
     from fp4bench.ab.judge import judge, outcome, report, to_json
-    from fp4bench.ab.run import AbConfig, AbRunner, Side
+    from fp4bench.ab.config import AbConfig, Side
+    from fp4bench.ab.run import AbRunner
     from fp4bench.gate.rule import RuleSettings
     from fp4bench.gate.verdict import Policy
     from fp4bench.run.sweep import SweepOptions, sweep_options
