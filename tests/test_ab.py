@@ -19,7 +19,8 @@ from fp4bench.ab.schedule import alloc_order, round_order, start_order
 from fp4bench.cli.ab import ab_main
 from fp4bench.cli.compare import EXIT_INCOMPLETE
 from fp4bench.gate.rule import Decision, RuleSettings
-from fp4bench.gate.verdict import Policy, Status
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.verdict import Status
 from fp4bench.report.tables import verdict_message
 from fp4bench.run.sweep import SweepOptions
 

@@ -12,7 +12,8 @@ import pytest
 from _benchjson import H200, bench_entry, bench_json, samples, write
 from fp4bench.cli import main
 from fp4bench.gate.baseline import load_baseline, parse_baseline
-from fp4bench.gate.verdict import Status, compare
+from fp4bench.gate.compare import compare
+from fp4bench.gate.verdict import Status
 from fp4bench.report.data import run_data, split_tactic
 from fp4bench.report.machine import results_csv, verdict_json, verdict_markdown, write_step_summary
 

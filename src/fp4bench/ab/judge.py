@@ -3,7 +3,7 @@
 Side A is the baseline, side B the candidate. The timing verdict of a benchmark measured on both
 sides is the rule's decision on the per-process offsets (``ab.estimate``): FAIL when B is shown
 slower beyond the guard band, PASS when shown below it, AMBIGUOUS (with its interval) when the
-budget ran out first. ``fp4bench.gate.verdict.compare`` still supplies what is not a timing
+budget ran out first. ``fp4bench.gate.compare.compare`` still supplies what is not a timing
 statistic: lost / new tactics (the availability maps), kernel-set changes from the CUPTI kernel
 names, INVALID timings (operand bytes that differ, clock anomalies). Named failures are added
 here: a wrong output on B is a FAIL; a benchmark left with fewer than ``MIN_REPLICATES``
@@ -25,9 +25,12 @@ from fp4bench.ab.merge import CRASHED
 from fp4bench.ab.run import AbRun, GpuPart, Paired, SideResult
 from fp4bench.env import Fingerprint
 from fp4bench.gate import rule
-from fp4bench.gate.baseline import Baseline, BenchmarkRecord, availability_value
-from fp4bench.gate.verdict import DISPATCH, KERNEL_CHANGE, TIMING, CompareResult, Policy, Status, Verdict, compare
-from fp4bench.report.tables import _render, delta_spread, describe_changes, format_seconds
+from fp4bench.gate.baseline import Baseline, availability_value
+from fp4bench.gate.compare import CompareResult, compare, delta_spread
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.record import BenchmarkRecord
+from fp4bench.gate.verdict import DISPATCH, KERNEL_CHANGE, TIMING, Status, Verdict
+from fp4bench.report.tables import _render, describe_changes, format_seconds
 from fp4bench.report.textfit import common_prefix, fit_table, wrap_line
 
 WRONG_OUTPUT = "wrong output"

@@ -142,7 +142,7 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     from fp4bench.ab.judge import judge, outcome, report, to_json
     from fp4bench.ab.run import AbConfig, AbRunner, Side
     from fp4bench.gate.rule import RuleSettings
-    from fp4bench.gate.verdict import Policy
+    from fp4bench.gate.policy import Policy
     from fp4bench.run.sweep import SweepOptions, sweep_options
 
     try:

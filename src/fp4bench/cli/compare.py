@@ -60,9 +60,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed usage / help
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
-    from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
+    from fp4bench.gate.baseline import load_baseline
+    from fp4bench.gate.compare import compare
+    from fp4bench.gate.compatibility import IncompatibleBaseline
     from fp4bench.gate.coverage import Scope
-    from fp4bench.gate.verdict import Policy, compare
+    from fp4bench.gate.policy import Policy
     from fp4bench.run.linelog import is_line_log, read_line_log, unreached_report
     from fp4bench.outputs import OutputError, check_outputs
     from fp4bench.report.machine import step_summary_path

@@ -102,7 +102,7 @@ def _write(st: Any, option: str, text: str, what: str, echo: Callable[[str], Non
 
 def _csv_rows(st: Any) -> list:
     """The measured cases as report rows (same columns as ``fp4bench report``)."""
-    from fp4bench.gate.baseline import BenchmarkRecord
+    from fp4bench.gate.record import BenchmarkRecord
     from fp4bench.measure.peaks import peak_for
     from fp4bench.report.data import case_row
 

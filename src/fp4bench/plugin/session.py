@@ -116,7 +116,7 @@ class Fp4Session:
 
     def gate_policy(self):
         """The gate's ``Policy`` from the ``--fp4-*`` gate options (before any unit adjustment)."""
-        from fp4bench.gate.verdict import Policy
+        from fp4bench.gate.policy import Policy
         from fp4bench.options.registry import policy_kwargs
 
         return Policy(**policy_kwargs(lambda name: self.config.getoption("fp4_" + name.replace("-", "_"))))
@@ -161,7 +161,8 @@ class Fp4Session:
         (``gate.store.select_baselines``; which file judges which benchmark: ``gate.choice``).
         The controller of a merged run has no fingerprint of its own yet: each worker checks the
         GPU model and how it measures against the files before its first case."""
-        from fp4bench.gate.baseline import BaselineError, check_compatible, check_same_measurement, load_baseline
+        from fp4bench.gate.baseline import BaselineError, load_baseline
+        from fp4bench.gate.compatibility import check_compatible, check_same_measurement
         from fp4bench.gate.choice import BaselineFile, Baselines
         from fp4bench.gate.store import select_baseline, select_baselines
 
@@ -258,7 +259,8 @@ class Fp4Session:
         """Measure ``spec``; skip / fail it as pytest sees it; record and gate its samples."""
         from fp4bench.backends.registry import get_backend
         from fp4bench.run.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED
-        from fp4bench.gate.baseline import availability_key, availability_value, check_samples, is_ok
+        from fp4bench.gate.baseline import availability_key, availability_value, is_ok
+        from fp4bench.gate.record import check_samples
         from fp4bench.measure.timing import record_in_benchmark
         from fp4bench.plugin.console import fail, skip
         from fp4bench.report.tables import result_row
@@ -354,7 +356,8 @@ class Fp4Session:
         only the flagged benchmarks."""
         import time
 
-        from fp4bench.gate.verdict import is_failure, judge
+        from fp4bench.gate.judge import judge
+        from fp4bench.gate.policy import is_failure
         from fp4bench.plugin.console import fail
         from fp4bench.report.tables import verdict_headline, verdict_message
         from fp4bench.run.windows import take_window
@@ -385,7 +388,7 @@ class Fp4Session:
     def final_compare(self):
         """The whole run against the baseline, each benchmark on the windows its test judged (made
         once; needs a baseline)."""
-        from fp4bench.gate.verdict import compare
+        from fp4bench.gate.compare import compare
 
         if self._result is None:
             from fp4bench.gate.coverage import Scope

@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from fp4bench.gate.compare import CompareResult, delta_spread
 from fp4bench.gate.coverage import OUTCOME
-from fp4bench.gate.verdict import CompareResult, Status, Verdict
-from fp4bench.report.tables import delta_spread, describe_changes, format_p, format_seconds
+from fp4bench.gate.verdict import Status, Verdict
+from fp4bench.report.tables import describe_changes, format_p, format_seconds
 
 VERDICT_SCHEMA = 1
 
