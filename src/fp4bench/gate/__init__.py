@@ -6,8 +6,8 @@ with what), ``store`` (where files live; approving a run), ``choice`` (which fil
 benchmark), ``unit`` (the GPU-unit policy). Judging: ``rule`` (the decision rule on independent
 replicates), ``policy`` (the gate's settings), ``assess`` (one benchmark's statistics), ``judge``
 and ``tactics`` (one benchmark's verdict, ``verdict``), ``compare`` (a whole run: ``CompareResult``),
-``coverage`` (what was judged of what was expected; the exit codes), ``power`` (detection power
-on recorded runs).
+``coverage`` (what was judged of what was expected; the exit codes), ``verdict_json`` (the verdict
+JSON document of the gate and of ``fp4bench ab``), ``power`` (detection power on recorded runs).
 
 This package face imports nothing: ``fp4bench.gate.coverage`` (exit codes) stays importable
 without numpy, and no module of the package imports scipy before it computes a decision.
