@@ -20,8 +20,10 @@ from fp4bench.ab.run import AbRunner
 from fp4bench.ab.schedule import alloc_order, round_order, start_order
 from fp4bench.cli.ab import ab_main
 from fp4bench.cli.compare import EXIT_INCOMPLETE
+from fp4bench.gate.policy import Policy
 from fp4bench.gate.rule import Decision, RuleSettings
-from fp4bench.gate.verdict import Policy, Status
+from fp4bench.gate.verdict import Status
+from fp4bench.gate.verdict_json import validate
 from fp4bench.report.tables import verdict_message
 from fp4bench.run.sweep import SweepOptions
 
@@ -212,7 +214,7 @@ def test_every_round_of_a_benchmark_has_the_same_replay_count(slow_b):
     run, _ = slow_b
     js = to_json(run, judge(run, Policy(floor=0.2)))
     for p, row in zip(run.pairs, js["benchmarks"]):
-        assert p.round_samples == 4 and row["round_samples"] == 4 and row["wall_s"] > 0
+        assert p.round_samples == 4 and row["evidence"]["round_samples"] == 4 and row["evidence"]["wall_s"] > 0
         assert all(len(x.samples) == 4 * len(x.rounds) for x in p.parts)
 
 
@@ -224,13 +226,13 @@ def test_a_slower_b_fails_with_its_interval_and_per_process_offsets(slow_b):
     text = report(run, result)
     assert re.search(r"FAIL .*\+\d+\.\d% \[\+\d+\.\d, \+\d+\.\d\]", text), text
     js = to_json(run, result)
-    assert {(r["a_version"], r["b_version"]) for r in js["benchmarks"]} == {("1.0", "2.0")}
+    assert {(r["evidence"]["a_version"], r["evidence"]["b_version"]) for r in js["benchmarks"]} == {("1.0", "2.0")}
     row = js["benchmarks"][0]
     lo, hi = row["interval_pct"]
     assert lo > 20 and lo < row["delta_pct"] < hi
-    assert {(x["process"], x["side"], x["start_index"]) for x in row["processes"]} == {
+    assert {(x["process"], x["side"], x["start_index"]) for x in row["evidence"]["processes"]} == {
         ("A1", "A", 0), ("B1", "B", 1), ("B2", "B", 2), ("A2", "A", 3)}
-    procs = {p["process"]: p for p in js["processes"]}
+    procs = {p["process"]: p for p in js["evidence"]["processes"]}
     assert procs["A1"]["allocated_first_in_slot"] == 1 and procs["B1"]["allocated_first_in_slot"] == 1
     assert all(len(p["offset_pct"]) == 2 for p in procs.values())
 
@@ -300,7 +302,7 @@ def test_interrupted_run_judges_what_finished_and_lists_the_rest():
     assert not runner.workers
     result = judge(run, Policy(floor=0.2))
     assert "INCOMPLETE: interrupted, 3 benchmarks not reached" in report(run, result)
-    assert to_json(run, result)["not_reached"] == run.not_reached
+    assert to_json(run, result)["evidence"]["not_reached"] == run.not_reached
     assert outcome(run, result)[0] == EXIT_INCOMPLETE
 
 
@@ -335,7 +337,7 @@ def test_cases_skipped_on_both_sides_are_listed_collapsed():
     result = judge(run, Policy())
     text = " ".join(report(run, result).split())
     assert "skipped on both sides (5): b::skip0 (needs SM100), b::skip1 (needs SM100), b::skip2 (needs SM100) ..." in text
-    assert len(to_json(run, result)["skipped_on_both"]) == 5
+    assert len(to_json(run, result)["evidence"]["skipped_on_both"]) == 5
 
 
 def _cli(*extra: str) -> list[str]:
@@ -377,10 +379,10 @@ def test_cli_slowdown_wrapper_on_b_fails_with_json(tmp_path, capsys, monkeypatch
                         "--b-env", "FP4BENCH_SLOWDOWN=ab-spin=3", "--json", str(out))) == 1
     text = capsys.readouterr().out
     assert "side B ran TEST-ONLY backends: ab-spin (" in text and "side A ran" not in text
-    js = json.loads(out.read_text())
-    assert js["counts"]["FAIL"] == 2 and js["exit_code"] == 1
-    assert js["test_only"]["A"] == {} and list(js["test_only"]["B"]) == ["ab-spin"]
-    assert js["telemetry"] == {"A": None, "B": None}  # CPU: none, not zeros
+    js = validate(json.loads(out.read_text()))
+    assert js["source"] == "ab" and js["counts"]["FAIL"] == 2 and js["exit_code"] == 1
+    assert js["evidence"]["test_only"]["A"] == {} and list(js["evidence"]["test_only"]["B"]) == ["ab-spin"]
+    assert js["evidence"]["telemetry"] == {"A": None, "B": None}  # CPU: none, not zeros
     assert "telemetry: none (NVML is read around GPU timing rounds only" in text
     assert all(r["interval_pct"][0] > 20 for r in js["benchmarks"])
 
@@ -430,9 +432,9 @@ def test_telemetry_is_summarized_per_side_in_the_report_and_json():
     (v,) = result.verdicts
     assert (v.base_clock, v.new_clock, v.new_throttle) == ("1980", "1800", "SwPowerCap")  # the gate sees them
     js = to_json(run, result)
-    assert js["telemetry"]["B"] == {"rounds": 8, "sm_clock_mhz_median": 1800, "power_w_median": 700,
+    assert js["evidence"]["telemetry"]["B"] == {"rounds": 8, "sm_clock_mhz_median": 1800, "power_w_median": 700,
                                     "temp_c_max": 71, "throttled_rounds": 8, "errors": []}
-    assert js["benchmarks"][0]["a_telemetry"] == [_round(1980, 650, 60, False)] * 8
+    assert js["benchmarks"][0]["evidence"]["a_telemetry"] == [_round(1980, 650, 60, False)] * 8
     # a round whose NVML window could not be read: its error is named in the header, not averaged in
     run.pairs[0].b.telemetry[0] = {**_round(1800, 700, 71, True), "telemetry_error": "NVML: GPU is lost"}
     assert report_telemetry(run)["B"]["errors"] == ["NVML: GPU is lost"]
@@ -477,10 +479,10 @@ def test_pytest_ab_against_fails_like_a_test_with_the_ab_table(ab_bench, monkeyp
     assert f"FAILED test_fp4_gemm.py::fp4bench-ab[{Path(sys.executable).name}] - 2 FAIL → regression (exit 1)\n" in out
     assert "telemetry: none (NVML is read around GPU timing rounds only; this run timed on CPU)" in out
     assert out.count("summary: 2 FAIL → regression (exit 1)") == 1  # the table once: as the failure text
-    data = json.loads((ab_bench.path / "ab.json").read_text())
-    assert data["counts"]["FAIL"] == 2 and data["telemetry"] == {"A": None, "B": None}
-    assert all("".join(o[0][0] for o in r["round_order"]) == "ABBA" for r in data["benchmarks"])
-    assert all(len(r["processes"]) == 4 for r in data["benchmarks"])  # 2 replicates per side
+    data = validate(json.loads((ab_bench.path / "ab.json").read_text()))
+    assert data["source"] == "ab" and data["counts"]["FAIL"] == 2 and data["evidence"]["telemetry"] == {"A": None, "B": None}
+    assert all("".join(o[0][0] for o in r["evidence"]["round_order"]) == "ABBA" for r in data["benchmarks"])
+    assert all(len(r["evidence"]["processes"]) == 4 for r in data["benchmarks"])  # 2 replicates per side
 
 
 def test_pytest_ab_against_passes_on_the_same_stack_and_honours_k(ab_bench):

@@ -56,27 +56,27 @@ def test_one_gpu_slowed_fails_only_its_benchmarks_with_every_worker_pinned(host,
     js = json.loads(out.read_text())
     # every process of GPU i started with CUDA_VISIBLE_DEVICES = GPU i's UUID, both sides alike
     pins = _pins(host)
-    procs = js["processes"]
+    procs = js["evidence"]["processes"]
     assert len(procs) == 8 and {p["process"][:3] for p in procs} == {"g0.", "g1."}
     for p in procs:
         assert pins[p["pid"]] == UUIDS[int(p["process"][1])], p
     assert {p["side"] for p in procs if p["process"].startswith("g1.")} == {"A", "B"}
     # one family (two tactics of one problem) per GPU, as the partition says
     rows = {r["name"]: r for r in js["benchmarks"]}
-    assert len(rows) == 4 and {r["gpu_uuid"] for r in rows.values()} == set(UUIDS)
-    by_gpu = {u: sorted(n for n, r in rows.items() if r["gpu_uuid"] == u) for u in UUIDS}
+    assert len(rows) == 4 and {r["evidence"]["gpu_uuid"] for r in rows.values()} == set(UUIDS)
+    by_gpu = {u: sorted(n for n, r in rows.items() if r["evidence"]["gpu_uuid"] == u) for u in UUIDS}
     assert [len(v) for v in by_gpu.values()] == [2, 2]
     for names in by_gpu.values():
         assert len({n.split("-t0-")[-1].split("-t1-")[-1] for n in names}) == 1  # one problem each
-    assert {g["uuid"]: sorted(g["benchmarks"]) for g in js["gpus"]} == by_gpu
-    assert {r["status"] for n, r in rows.items() if r["gpu_uuid"] == "GPU-fake-1"} == {"FAIL"}
+    assert {g["uuid"]: sorted(g["benchmarks"]) for g in js["evidence"]["gpus"]} == by_gpu
+    assert {r["status"] for n, r in rows.items() if r["evidence"]["gpu_uuid"] == "GPU-fake-1"} == {"FAIL"}
     # GPU 0 ran A/A: judged and not failed (on a loaded 2-core machine the rule may stay AMBIGUOUS)
-    assert {r["status"] for n, r in rows.items() if r["gpu_uuid"] == "GPU-fake-0"} <= {"PASS", "AMBIGUOUS"}
+    assert {r["status"] for n, r in rows.items() if r["evidence"]["gpu_uuid"] == "GPU-fake-0"} <= {"PASS", "AMBIGUOUS"}
     assert all(r["kind"] == "timing" for r in rows.values())
     assert js["exit_code"] == 1 and js["counts"]["FAIL"] == 2
-    assert [(g["index"], g["uuid"], g["measured"], g["error"]) for g in js["gpus"]] == [
+    assert [(g["index"], g["uuid"], g["measured"], g["error"]) for g in js["evidence"]["gpus"]] == [
         (0, "GPU-fake-0", 2, None), (1, "GPU-fake-1", 2, None)]
-    assert all(g["telemetry"] == {"A": None, "B": None} for g in js["gpus"])  # CPU: none, per GPU too
+    assert all(g["telemetry"] == {"A": None, "B": None} for g in js["evidence"]["gpus"])  # CPU: none, per GPU too
     flat = " ".join(text.split())
     assert "GPU 0 GPU-fake-0: 2 benchmarks, wall" in flat and "GPU 1 GPU-fake-1: 2 benchmarks, wall" in flat
     summary = text.split("summary: ")[-1].splitlines()[0]
@@ -116,13 +116,13 @@ def test_a_gpu_whose_workers_cannot_start_leaves_its_share_unjudged(host, capsys
     text = capsys.readouterr().out
     assert code == EXIT_INCOMPLETE, text
     js = json.loads(out.read_text())
-    g0, g1 = js["gpus"]
+    g0, g1 = js["evidence"]["gpus"]
     assert g0["error"] is None and g0["measured"] == 2
     assert g1["measured"] == 0 and "could not start" in g1["error"] and "GPU-fake-1 is gone" in g1["error"]
     lost = [r for r in js["benchmarks"] if r["kind"] == "GPU run crashed"]
     assert sorted(r["name"] for r in lost) == sorted(g1["benchmarks"]) and len(lost) == 2
-    assert all(r["gpu_uuid"] == "GPU-fake-1" and r["status"] == "AMBIGUOUS" for r in lost)
-    assert {(r["kind"], r["status"] != "FAIL") for r in js["benchmarks"] if r["gpu_uuid"] == "GPU-fake-0"} == {
+    assert all(r["evidence"]["gpu_uuid"] == "GPU-fake-1" and r["status"] == "AMBIGUOUS" for r in lost)
+    assert {(r["kind"], r["status"] != "FAIL") for r in js["benchmarks"] if r["evidence"]["gpu_uuid"] == "GPU-fake-0"} == {
         ("timing", True)}  # judged (PASS, or AMBIGUOUS on a loaded machine)
     flat = " ".join(text.split())
     assert "GPU 1 GPU-fake-1: 2 benchmarks, RUN CRASHED after 0 (RuntimeError: side" in flat
@@ -144,12 +144,12 @@ def test_a_gpu_run_that_raises_midway_keeps_what_it_finished(host, capsys, monke
     out = host / "ab.json"
     assert ab_main(_cli("--json", str(out))) == EXIT_INCOMPLETE
     js = json.loads(out.read_text())
-    g1 = js["gpus"][1]
+    g1 = js["evidence"]["gpus"][1]
     assert g1["measured"] == 1 and g1["error"] == "RuntimeError: simulated controller fault"
     rows = {r["name"]: r for r in js["benchmarks"]}
     first, second = g1["benchmarks"]
     assert rows[first]["kind"] == "timing" and rows[first]["status"] != "FAIL"  # judged
-    assert rows[first]["gpu_uuid"] == "GPU-fake-1"
+    assert rows[first]["evidence"]["gpu_uuid"] == "GPU-fake-1"
     assert rows[second]["kind"] == "GPU run crashed"
     assert sum(r["kind"] == "timing" for r in rows.values()) == 3
     assert "RUN CRASHED after 1 (RuntimeError: simulated controller fault)" in " ".join(capsys.readouterr().out.split())

@@ -13,18 +13,11 @@ import numpy as np
 import pytest
 
 from _benchjson import B200, H200, bench_entry, bench_json, samples, write
-from fp4bench.gate.baseline import (
-    SCHEMA,
-    BaselineError,
-    IncompatibleBaseline,
-    availability_key,
-    availability_value,
-    check_compatible,
-    load_baseline,
-    make_section,
-    write_baseline,
-)
-from fp4bench.gate.store import approve, approved_path, available_models, candidate_path, select_baseline
+from fp4bench.gate.approve import approve
+from fp4bench.gate.baseline import (SCHEMA, BaselineError, availability_key, availability_value, load_baseline,
+                                    make_section, write_baseline)
+from fp4bench.gate.compatibility import IncompatibleBaseline, check_compatible
+from fp4bench.gate.store import approved_path, available_models, candidate_path, select_baseline
 
 RNG = np.random.default_rng(0)
 

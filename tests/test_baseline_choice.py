@@ -12,8 +12,12 @@ import pytest
 from _benchjson import H200, bench_entry, bench_json, write
 from fp4bench.gate.baseline import load_baseline
 from fp4bench.gate.choice import BaselineFile, Baselines
+from fp4bench.gate.compare import compare
+from fp4bench.gate.judge import judge
+from fp4bench.gate.policy import Policy
 from fp4bench.gate.store import select_baselines, unit_path
-from fp4bench.gate.verdict import CROSS_UNIT_SIGMA, Policy, Status, compare, judge
+from fp4bench.gate.unit import CROSS_UNIT_SIGMA
+from fp4bench.gate.verdict import Status
 
 A, B, C = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-1111", "GPU-cccccccc-2222"
 NAMES = [f"bench/test_fp4_gemm.py::test_dense[x{i}]" for i in range(3)]

@@ -123,7 +123,7 @@ def test_every_fp4_pytest_option_has_help_and_its_default():
 
 
 def test_compare_options_default_to_the_gates_policy():
-    from fp4bench.gate.verdict import DISPATCH_POLICIES, Policy
+    from fp4bench.gate.policy import DISPATCH_POLICIES, Policy
     from fp4bench.options.registry import COMPARE
     from fp4bench.options.registry import DISPATCH_POLICIES as OPTION_CHOICES
 

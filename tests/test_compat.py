@@ -12,7 +12,7 @@ import pytest
 
 from fp4bench.backends import registry
 from fp4bench.cli.compare import compare_main
-from fp4bench.gate.store import approve
+from fp4bench.gate.approve import approve
 from test_plugin import BENCH_FILE, GATE, TINY, _outcomes
 
 pytest_plugins = ["pytester"]

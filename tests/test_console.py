@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fp4bench.gate.verdict_json import validate
 from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines
 from fp4bench.report.textfit import WIDTH
 import test_plugin
@@ -150,8 +151,9 @@ def test_after_x_the_cases_not_run_are_not_reached_not_missing(bench):
     assert "run INCOMPLETE: 1 of 2 cases not run" in out
     assert "NOT REACHED (1, 1 of them in the baseline) — not run, neither renamed nor removed; not judged:" in out
     assert f"\n  {GATE_IDS[1]}\n" in out
-    data = json.loads((bench.path / "v.json").read_text())
-    assert data["coverage"]["not_reached"] == [GATE_IDS[1]] and data["exit_code"] == 1  # the FAIL wins
+    data = validate(json.loads((bench.path / "v.json").read_text()))
+    assert data["source"] == "gate" and data["coverage"]["not_reached"] == [GATE_IDS[1]]
+    assert data["exit_code"] == 1  # the FAIL wins
     assert "cannot pass the gate (exit 3)" not in out  # the exit is the regression's
 
 

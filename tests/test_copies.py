@@ -143,8 +143,8 @@ def test_an_isolated_run_records_the_rule_its_worker_uses():
 
 
 def test_a_baseline_timed_another_copy_rule_is_refused_one_without_it_judged_with_a_note():
-    from fp4bench.gate.baseline import (ONE_PLACEMENT, IncompatibleBaseline, check_same_measurement,
-                                        measurement_notes)
+    from fp4bench.gate.compatibility import (ONE_PLACEMENT, IncompatibleBaseline, check_same_measurement,
+                                             measurement_notes)
 
     now = measurement_of("cuda", True, "graph")
     with pytest.raises(IncompatibleBaseline, match="min_copies=1 but this run with min_copies=4"):
@@ -161,8 +161,9 @@ def test_a_baseline_timed_another_copy_rule_is_refused_one_without_it_judged_wit
 def test_the_committed_h200_baseline_is_judged_with_the_one_placement_note():
     from pathlib import Path
 
-    from fp4bench.gate.baseline import ONE_PLACEMENT, load_baseline
-    from fp4bench.gate.verdict import compare
+    from fp4bench.gate.baseline import load_baseline
+    from fp4bench.gate.compare import compare
+    from fp4bench.gate.compatibility import ONE_PLACEMENT
 
     base = load_baseline(Path(__file__).resolve().parent.parent / "baselines" / "nvidia-h200" / "approved.json")
     assert "min_copies" not in base.sweep

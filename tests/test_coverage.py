@@ -14,8 +14,10 @@ from _benchjson import bench_entry, bench_json, samples
 from fp4bench.backends.base import DEFAULT_TACTIC, Tactic
 from fp4bench.cli.compare import EXIT_INCOMPLETE, compare_main
 from fp4bench.gate.baseline import parse_baseline
+from fp4bench.gate.compare import compare
 from fp4bench.gate.coverage import Scope
-from fp4bench.gate.verdict import Policy, Status, compare
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.verdict import Status
 from fp4bench.run.linelog import LineLog
 from fp4bench.report.tables import verdict_message, verdict_summary, verdict_table
 from fp4bench.run.sweep import SweepOptions, selection_of

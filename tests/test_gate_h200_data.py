@@ -22,8 +22,11 @@ from pathlib import Path
 import pytest
 
 from fp4bench.gate.baseline import load_baseline
+from fp4bench.gate.compare import compare
+from fp4bench.gate.judge import judge
+from fp4bench.gate.policy import Policy
 from fp4bench.gate.power import detection_power
-from fp4bench.gate.verdict import Policy, Status, compare, judge
+from fp4bench.gate.verdict import Status
 from fp4bench.report.tables import verdict_message
 
 DATA = Path(__file__).parent / "data"

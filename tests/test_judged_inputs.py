@@ -12,8 +12,9 @@ import pytest
 from _benchjson import H200, bench_entry, bench_json, samples, write
 from fp4bench.cli import main
 from fp4bench.cli.compare import compare_main
-from fp4bench.gate.baseline import MAX_SAMPLE_S, MIN_SAMPLE_S, BaselineError, check_samples, parse_baseline
-from fp4bench.gate.store import approve
+from fp4bench.gate.approve import approve
+from fp4bench.gate.baseline import BaselineError, parse_baseline
+from fp4bench.gate.record import MAX_SAMPLE_S, MIN_SAMPLE_S, check_samples
 
 MED = 23.1e-6
 NAME = "bench/test_fp4_gemm.py::test_dense[x]"

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from fp4bench.gate.verdict import Policy
+from fp4bench.gate.policy import Policy
 from fp4bench.models import list_models
 from fp4bench.options.registry import (BASELINES, GATE, SWEEP, add_options, alpha, int_list, parse_ints, parse_kinds,
                               parse_models, parse_routings, parse_tps, percent, policy_kwargs, positive_seconds)
@@ -103,7 +103,7 @@ def test_drift_and_alpha_are_deprecated_warn_once_and_change_nothing():
     import warnings
 
     import fp4bench.options.deprecated as dep
-    from fp4bench.gate.verdict import Policy
+    from fp4bench.gate.policy import Policy
 
     dep._SAID.difference_update({"drift", "alpha"})
     given = {"floor": 5.0, "drift": 2.0, "alpha": 0.01}

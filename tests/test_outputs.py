@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import fp4bench.run.case  # noqa: F401  (imported once here, not by each inline pytest run)
-import fp4bench.gate.verdict  # noqa: F401
+import fp4bench.gate.compare  # noqa: F401
 import fp4bench.report.tables  # noqa: F401
 import fp4bench.run.sweep  # noqa: F401
 from _benchjson import H200, bench_entry, bench_json, samples, write

@@ -22,7 +22,7 @@ import torch
 # new objects every time.
 import fp4bench.run.case  # noqa: F401
 import fp4bench.env  # noqa: F401
-import fp4bench.gate.verdict  # noqa: F401
+import fp4bench.gate.compare  # noqa: F401
 import fp4bench.measure.peaks  # noqa: F401
 import fp4bench.report.tables  # noqa: F401
 import fp4bench.run.sweep  # noqa: F401
@@ -396,7 +396,7 @@ def test_bare_benchmark_compare_uses_the_approved_baseline(bench):
 def test_bare_benchmark_compare_hands_a_slim_baseline_to_pytest_benchmark(bench):
     """The approved file is slim; pytest-benchmark's own compare (and --benchmark-compare-fail)
     still gets the baseline's samples, as a pytest-benchmark file."""
-    from fp4bench.gate.store import migrate
+    from fp4bench.gate.approve import migrate
 
     _baseline(bench, "store/cpu/run.json")
     migrate(bench.path / "store/cpu/run.json", bench.path / "store/cpu/approved.json")

@@ -9,8 +9,9 @@ import numpy as np
 
 from _benchjson import H200, bench_entry, bench_json, samples
 from fp4bench.gate.baseline import parse_baseline
-from fp4bench.gate.verdict import Policy, compare
-from fp4bench.report.tables import delta_spread, describe_changes, format_seconds, results_table, verdict_table
+from fp4bench.gate.compare import compare, delta_spread
+from fp4bench.gate.policy import Policy
+from fp4bench.report.tables import describe_changes, format_seconds, results_table, verdict_table
 
 
 def _result():

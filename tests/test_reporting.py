@@ -12,7 +12,9 @@ import pytest
 from _benchjson import H200, bench_entry, bench_json, samples, write
 from fp4bench.cli import main
 from fp4bench.gate.baseline import load_baseline, parse_baseline
-from fp4bench.gate.verdict import Status, compare
+from fp4bench.gate.compare import compare
+from fp4bench.gate.verdict import Status
+from fp4bench.gate.verdict_json import validate
 from fp4bench.report.data import run_data, split_tactic
 from fp4bench.report.machine import results_csv, verdict_json, verdict_markdown, write_step_summary
 
@@ -142,10 +144,10 @@ def test_verdict_json_and_markdown_put_failures_first(tmp_path):
     result, dropped, _ = _result(tmp_path)
     doc = verdict_json(result, baseline="base.json")
     assert doc["exit_code"] == 1 and doc["counts"]["MISSING"] == 1 and doc["counts"]["FAIL"] == 1
-    statuses = [v["status"] for v in doc["verdicts"]]
+    statuses = [v["status"] for v in doc["benchmarks"]]
     assert statuses[:2] == ["FAIL", "MISSING"] and set(statuses[2:]) <= {"PASS", "AMBIGUOUS"}
-    assert doc["verdicts"][1]["name"] == dropped and doc["verdicts"][1]["fails_gate"]
-    assert doc["verdicts"][0]["delta_pct"] == pytest.approx(50, abs=5)
+    assert doc["benchmarks"][1]["name"] == dropped and doc["benchmarks"][1]["fails_gate"]
+    assert doc["benchmarks"][0]["delta_pct"] == pytest.approx(50, abs=5)
     json.dumps(doc, allow_nan=False)  # strict JSON: no NaN/Infinity
     md = verdict_markdown(result, baseline="base.json", limit=3)
     rows = [line for line in md.splitlines() if line.startswith("| ")][1:]
@@ -172,8 +174,8 @@ def test_compare_json_markdown_and_summary(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert rc == 1
     assert out.startswith("### ❌ fp4bench: regression (exit 1)")
-    doc = json.loads((tmp_path / "v.json").read_text())
-    assert doc["exit_code"] == 1 and doc["verdicts"][0]["status"] == Status.FAIL.value
+    doc = validate(json.loads((tmp_path / "v.json").read_text()))
+    assert doc["source"] == "gate" and doc["exit_code"] == 1 and doc["benchmarks"][0]["status"] == Status.FAIL.value
     assert summary.read_text().startswith("### ❌ fp4bench: regression")
 
 

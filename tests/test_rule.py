@@ -61,3 +61,25 @@ def test_impossible_replicate_times_are_refused(bad):
 def test_settings_are_validated():
     with pytest.raises(ValueError, match="margin"):
         RuleSettings(margin=1.0)
+
+
+def test_no_gate_module_imports_scipy_until_the_rule_computes():
+    """A pytest session or command that only builds a ``Policy`` or reads a baseline never pays
+    for scipy; the rule imports it the first time it bounds an estimate."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import fp4bench.gate
+
+    src = str(Path(fp4bench.gate.__file__).resolve().parents[2])
+    code = ("import importlib, json, pkgutil, sys\nimport fp4bench.gate as g\n"
+            "for m in pkgutil.iter_modules(g.__path__):\n    importlib.import_module('fp4bench.gate.' + m.name)\n"
+            "before = 'scipy' in sys.modules\n"
+            "from fp4bench.gate.rule import RuleSettings, estimate\nestimate([1e-5, 1.1e-5], [1e-5], RuleSettings())\n"
+            "print(json.dumps([before, 'scipy' in sys.modules]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == [False, True]

@@ -115,7 +115,7 @@ def test_unchanged_same_unit_runs_false_fail_at_most_1pct(suite):
 def test_five_percent_on_one_benchmark_fails_at_least_95pct(suite, unit_sigma):
     """Same unit: >= 95 % FAIL (the acceptance). Another unit (the model-level fallback, with the
     gate's CROSS_UNIT_SIGMA in the error term) only reported: it is less sensitive."""
-    from fp4bench.gate.verdict import CROSS_UNIT_SIGMA
+    from fp4bench.gate.unit import CROSS_UNIT_SIGMA
 
     rng = np.random.default_rng(2)
     picked = suite.pick(rng.integers(0, suite.size, (4000, 1)))
@@ -130,7 +130,7 @@ def test_five_percent_on_one_benchmark_fails_at_least_95pct(suite, unit_sigma):
 
 
 def test_unchanged_other_unit_runs_false_fail_at_most_1pct(suite):
-    from fp4bench.gate.verdict import CROSS_UNIT_SIGMA
+    from fp4bench.gate.unit import CROSS_UNIT_SIGMA
 
     rng = np.random.default_rng(3)
     runs = 300

@@ -265,12 +265,12 @@ def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(
     assert streamk and streamk != set(tactics), tactics
     improved = set(re.findall(r"PASS \(improved\)\s+(flashinfer-cutlass-\S+)", res.stdout))
     for (label, shape), r in rows.items():
-        assert r["status"] == "PASS" and r["decision"] == "PASS", r
+        assert r["status"] == "PASS" and r["evidence"]["decision"] == "PASS", r
         faster = label in streamk
         assert (r["name"] in improved) == faster and ("improved" in r["reason"]) == faster, \
             (label, shape, r["delta_pct"], r["interval_pct"], r["reason"])
     assert js["counts"].get("FAIL", 0) == 0 and js["exit_code"] == 0, js["counts"]
-    assert ["flashinfer", "0.7.2.post1", "0.7.4"] in js["changes"], js["changes"]
+    assert {"key": "flashinfer", "old": "0.7.2.post1", "new": "0.7.4"} in js["changes"], js["changes"]
 
 
 MOE_64 = ("--fp4-batches", "64", "--fp4-backends", "flashinfer-cutlass-moe-nvfp4", "--fp4-kinds", "moe")

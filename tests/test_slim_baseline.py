@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from _benchjson import bench_entry
-from fp4bench.gate import verdict
-from fp4bench.gate.baseline import (GATE_KEYS, SECTION, BaselineError, load_baseline, make_section, parse_baseline,
-                                    slim_text, write_slim)
-from fp4bench.gate.verdict import Policy, compare
+from fp4bench.gate import assess, judge, record, tactics
+from fp4bench.gate.baseline import SECTION, BaselineError, load_baseline, make_section, parse_baseline
+from fp4bench.gate.compare import compare
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.record import GATE_KEYS
+from fp4bench.gate.slim import slim_text, write_slim
 
 ROOT = Path(__file__).resolve().parents[1]
 APPROVED = ROOT / "baselines" / "nvidia-h200" / "approved.json"
@@ -168,7 +170,7 @@ def test_damaged_slim_file_is_a_clear_error(tmp_path, edit, message):
 
 
 def test_gate_keys_cover_every_extra_info_key_the_verdict_reads():
-    src = Path(verdict.__file__).read_text()
+    src = "".join(Path(m.__file__).read_text() for m in (record, assess, judge, tactics))
     read = set(re.findall(r'(?:extra|extra_info|base_extra|new_extra|x)\.get\("(\w+)"', src))
     flags = re.findall(r'INVALID_FLAGS = \(([^)]*)\)', src)[0] + "".join(re.findall(r'\(\("(\w+)",\)', src))
     read |= set(re.findall(r'"(\w+)"', flags)) | set(re.findall(r'\(\("(\w+)",\)', src))
@@ -177,7 +179,8 @@ def test_gate_keys_cover_every_extra_info_key_the_verdict_reads():
 
 
 def test_windows_round_trip_in_both_formats_and_one_window_files_stay_schema_1(tmp_path):
-    from fp4bench.gate.baseline import slim_text, with_windows, write_slim
+    from fp4bench.gate.record import with_windows
+    from fp4bench.gate.slim import slim_text, write_slim
 
     one = load_baseline(APPROVED)
     assert one.min_windows == 1 and json.loads(slim_text(one))["schema"] == 1

@@ -9,7 +9,8 @@ import numpy as np
 
 from _benchjson import H200, bench_entry, bench_json, samples
 from fp4bench.gate.baseline import parse_baseline
-from fp4bench.gate.verdict import Policy, compare
+from fp4bench.gate.compare import compare
+from fp4bench.gate.policy import Policy
 from fp4bench.report.tables import verdict_table
 from fp4bench.report.textfit import WIDTH, common_parts, common_prefix, fit_table
 

@@ -10,16 +10,11 @@ import pytest
 
 from _benchjson import H200, bench_entry, bench_json, samples
 from fp4bench.gate.baseline import parse_baseline
-from fp4bench.gate.verdict import (
-    CROSS_UNIT_SIGMA,
-    DISPATCH,
-    LOST_TACTIC,
-    NEW_TACTIC,
-    Policy,
-    Status,
-    compare,
-    judge,
-)
+from fp4bench.gate.compare import compare
+from fp4bench.gate.judge import judge
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.unit import CROSS_UNIT_SIGMA
+from fp4bench.gate.verdict import DISPATCH, LOST_TACTIC, NEW_TACTIC, Status
 from fp4bench.report.tables import verdict_message
 
 MED = 23.1e-6  # a decode-sized FP4 GEMM, seconds
@@ -322,7 +317,7 @@ def test_dispatch_change_flagged_and_policy_can_fail_it():
 def test_compare_checks_gpu_model():
     from dataclasses import replace
 
-    from fp4bench.gate.baseline import IncompatibleBaseline
+    from fp4bench.gate.compatibility import IncompatibleBaseline
 
     rng = np.random.default_rng(15)
     base = make_baseline([bench_entry("t[0]", samples(rng, MED, 0.01))])

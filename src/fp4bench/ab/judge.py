@@ -3,7 +3,7 @@
 Side A is the baseline, side B the candidate. The timing verdict of a benchmark measured on both
 sides is the rule's decision on the per-process offsets (``ab.estimate``): FAIL when B is shown
 slower beyond the guard band, PASS when shown below it, AMBIGUOUS (with its interval) when the
-budget ran out first. ``fp4bench.gate.verdict.compare`` still supplies what is not a timing
+budget ran out first. ``fp4bench.gate.compare.compare`` still supplies what is not a timing
 statistic: lost / new tactics (the availability maps), kernel-set changes from the CUPTI kernel
 names, INVALID timings (operand bytes that differ, clock anomalies). Named failures are added
 here: a wrong output on B is a FAIL; a benchmark left with fewer than ``MIN_REPLICATES``
@@ -24,10 +24,13 @@ from fp4bench.ab.estimate import MIN_REPLICATES
 from fp4bench.ab.merge import CRASHED
 from fp4bench.ab.records import AbRun, GpuPart, Paired, SideResult
 from fp4bench.env import Fingerprint
-from fp4bench.gate import rule
-from fp4bench.gate.baseline import Baseline, BenchmarkRecord, availability_value
-from fp4bench.gate.verdict import DISPATCH, KERNEL_CHANGE, TIMING, CompareResult, Policy, Status, Verdict, compare
-from fp4bench.report.tables import _render, delta_spread, describe_changes, format_seconds
+from fp4bench.gate import rule, verdict_json
+from fp4bench.gate.baseline import Baseline, availability_value
+from fp4bench.gate.compare import CompareResult, compare, delta_spread
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.record import BenchmarkRecord
+from fp4bench.gate.verdict import DISPATCH, KERNEL_CHANGE, TIMING, Status, Verdict
+from fp4bench.report.tables import _render, describe_changes, format_seconds
 from fp4bench.report.textfit import common_prefix, fit_table, wrap_line
 
 WRONG_OUTPUT = "wrong output"
@@ -351,16 +354,17 @@ def report(run: AbRun, result: CompareResult) -> str:
 
 
 def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
-    spread = delta_spread(result)
+    """The run as the verdict JSON document (``gate.verdict_json``, source ``"ab"``): per
+    benchmark its processes, rounds, telemetry and versions; for the run its fingerprints,
+    settings, processes, crashes and GPUs."""
     pairs = {p.name: p for p in run.pairs}
     info = {i.proc: i for i in run.processes}
     rows = []
     for v in result.sorted():
         p = pairs.get(v.name)
         e = p.estimate if p else None
-        rows.append({
-            "name": v.name, "status": v.status.value, "kind": v.kind, "delta_pct": v.pct,
-            "interval_pct": list(e.est.interval_pct) if e else None, "decision": e.decision.value if e else None,
+        rows.append(verdict_json.benchmark(v, result.is_failure(v), e.est.interval_pct if e else None, {
+            "decision": e.decision.value if e else None,
             "stopped": p.stopped if p else None,
             # the processes of each turn when the slots took turns (device memory), else None
             "turns": [list(t) for t in p.turns] or None if p else None,
@@ -371,8 +375,7 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
             "a_copies": p.a.extra_info.get("rotating_copies") if p else None,
             "b_copies": p.b.extra_info.get("rotating_copies") if p else None,
             "between_var": e.between_var if e else None, "within_var_of_mean": e.within_var_of_mean if e else None,
-            "a_median_s": v.base_median, "b_median_s": v.new_median, "n_a": v.n_base, "n_b": v.n_new,
-            "reason": v.reason, "round_order": [list(o) for o in p.order] if p else None,
+            "round_order": [list(o) for o in p.order] if p else None,
             "processes": [{"process": x.proc, "side": x.side, "slot": x.slot,
                            "start_index": info[x.proc].start_index, "alloc_index": x.alloc_index,
                            "status": x.status, "reason": x.reason, "rounds": len(x.rounds),
@@ -385,20 +388,22 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
             "a_telemetry": (p.a.telemetry or None) if p else None,
             "b_telemetry": (p.b.telemetry or None) if p else None,
             "gpu_uuid": run.gpu_of.get(v.name) or run.fingerprints.get("A", {}).get("gpu_uuid"),
-        })
+        }))
     code, summary = outcome(run, result)
-    return {
-        "fingerprints": run.fingerprints, "changes": [list(c) for c in result.changes],
-        "settings": dataclasses.asdict(run.settings), "policy": dataclasses.asdict(result.policy),
+    evidence = {
+        "fingerprints": run.fingerprints, "settings": dataclasses.asdict(run.settings),
         "check_seconds": run.check_seconds, "test_only": run.test_only, "wall_s": run.wall_s,
-        "counts": result.counts(), "exit_code": code, "summary": summary, "telemetry": telemetry_summary(run),
-        "delta_abs": None if spread is None else dict(zip(("n", "median", "p95", "max"), spread)),
-        "processes": process_offsets(run), "crashes": [dataclasses.asdict(c) for c in run.crashes],
+        "telemetry": telemetry_summary(run), "processes": process_offsets(run),
+        "crashes": [dataclasses.asdict(c) for c in run.crashes],
         "skipped_on_both": [{"name": n, "reason": r} for n, r in skipped_on_both(run)],
-        "benchmarks": rows, "not_reached": list(run.not_reached),
+        "not_reached": list(run.not_reached),
         # a run spread over several GPUs: each GPU, its share, its telemetry per side ([] on one GPU)
         "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name, "benchmarks": list(g.benchmarks),
                   "measured": len(g.run.pairs) if g.run is not None else 0, "error": g.error or None,
                   "wall_s": g.run.wall_s if g.run is not None else None,
                   "telemetry": telemetry_summary(g.run) if g.run is not None else None} for g in run.gpus],
     }
+    # what ab judged is its own account (``outcome``, ``not_reached``), not the coverage of the
+    # records it handed to ``compare``
+    return verdict_json.document(result, source="ab", exit_code=code, summary=summary, evidence=evidence,
+                                 benchmarks=rows, coverage=False)

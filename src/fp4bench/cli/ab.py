@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import json
 import sys
 from typing import Sequence
 
@@ -143,7 +142,8 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
     from fp4bench.ab.config import AbConfig, Side
     from fp4bench.ab.run import AbRunner
     from fp4bench.gate.rule import RuleSettings
-    from fp4bench.gate.verdict import Policy
+    from fp4bench.gate.policy import Policy
+    from fp4bench.gate.verdict_json import dumps
     from fp4bench.run.sweep import SweepOptions, sweep_options
 
     try:
@@ -189,6 +189,6 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     _print_safely(report(run, result))
     if args.json:
-        write_atomic(args.json, json.dumps(to_json(run, result), indent=2, default=str) + "\n")
+        write_atomic(args.json, dumps(to_json(run, result)))
         print(f"verdicts written to {args.json}")
     return outcome(run, result)[0]

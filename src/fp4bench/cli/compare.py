@@ -60,9 +60,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed usage / help
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
-    from fp4bench.gate.baseline import IncompatibleBaseline, load_baseline
+    from fp4bench.gate.baseline import load_baseline
+    from fp4bench.gate.compare import compare
+    from fp4bench.gate.compatibility import IncompatibleBaseline
     from fp4bench.gate.coverage import Scope
-    from fp4bench.gate.verdict import Policy, compare
+    from fp4bench.gate.policy import Policy
     from fp4bench.run.linelog import is_line_log, read_line_log, unreached_report
     from fp4bench.outputs import OutputError, check_outputs
     from fp4bench.report.machine import step_summary_path
@@ -109,16 +111,15 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 
 def emit_outputs(result, base: str, json_path: str | None, md_path: str | None) -> None:
     """The table on stdout (unless JSON or markdown goes there), the optional files, the job summary."""
-    import json
-
+    from fp4bench.gate.verdict_json import dumps
     from fp4bench.outputs import write_atomic
     from fp4bench.report.tables import verdict_table
     from fp4bench.report.machine import verdict_json, verdict_markdown, write_step_summary
 
     md = verdict_markdown(result, baseline=base)
     if json_path is not None:
-        text = json.dumps(verdict_json(result, baseline=base), indent=1)
-        _print_safely(text) if json_path == "-" else write_atomic(json_path, text + "\n")
+        text = dumps(verdict_json(result, baseline=base))
+        _print_safely(text.rstrip("\n")) if json_path == "-" else write_atomic(json_path, text)
     if md_path is not None:
         _print_safely(md) if md_path == "-" else write_atomic(md_path, md)
     if "-" not in (json_path, md_path):

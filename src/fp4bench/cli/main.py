@@ -80,7 +80,7 @@ def _baseline(argv: Sequence[str]) -> int:
     m.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = ap.parse_args(argv)
     from fp4bench.gate.baseline import BaselineError
-    from fp4bench.gate.store import approve, migrate
+    from fp4bench.gate.approve import approve, migrate
     from fp4bench.outputs import OutputError, check_output, check_output_dir
 
     try:  # output paths before anything is read (fp4bench.outputs)

@@ -56,7 +56,7 @@ def power_main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
     from fp4bench.gate.baseline import BaselineError, load_baseline
     from fp4bench.gate.power import detection_power
-    from fp4bench.gate.verdict import Policy
+    from fp4bench.gate.policy import Policy
     from fp4bench.report.tables import power_table
 
     try:

@@ -32,7 +32,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: needs matplotlib: pip install 'fp4bench[report]'", file=sys.stderr)
         return 2
     from fp4bench.gate.baseline import BaselineError, load_baseline
-    from fp4bench.gate.verdict import compare
+    from fp4bench.gate.compare import compare
     from fp4bench.report.document import build_report
 
     from fp4bench.outputs import OutputError, check_output, check_output_dir

@@ -1,11 +1,14 @@
-"""The regression gate: result and baseline files, where they live, and the verdict.
+"""The regression gate: result files, the verdict on a run against its baseline, and its outputs.
 
-``baseline`` reads pytest-benchmark JSON files carrying an ``"fp4bench"`` section and slim
-baseline files, and writes the slim format; ``store`` keeps one approved baseline per GPU model
-(and per unit) and approves candidates; ``rule`` is the decision rule on independent replicates;
-``verdict`` decides PASS / FAIL / AMBIGUOUS / NEW / MISSING / INVALID per benchmark; ``coverage``
-counts what was judged against what was expected, and holds the gate's exit codes.
+Files: ``record`` (one benchmark's samples and ``extra_info``), ``baseline`` (reading result and
+baseline files), ``slim`` (the approved baseline's format), ``compatibility`` (what may be compared
+with what), ``store`` (where files live; approving a run), ``choice`` (which file judges each
+benchmark), ``unit`` (the GPU-unit policy). Judging: ``rule`` (the decision rule on independent
+replicates), ``policy`` (the gate's settings), ``assess`` (one benchmark's statistics), ``judge``
+and ``tactics`` (one benchmark's verdict, ``verdict``), ``compare`` (a whole run: ``CompareResult``),
+``coverage`` (what was judged of what was expected; the exit codes), ``verdict_json`` (the verdict
+JSON document of the gate and of ``fp4bench ab``), ``power`` (detection power on recorded runs).
 
-Nothing is imported here: ``fp4bench.gate.coverage`` (exit codes) must stay importable without
-numpy/scipy, so command-line help never pays for them.
+This package face imports nothing: ``fp4bench.gate.coverage`` (exit codes) stays importable
+without numpy, and no module of the package imports scipy before it computes a decision.
 """

@@ -5,7 +5,7 @@ A run that picks its baseline itself (``--benchmark-compare``) reads the GPU mod
 each GPU the run measures on (``gate.store.select_baselines``). A benchmark is judged against the
 unit file of the GPU it ran on when that file holds it: the baseline of that very unit, at full
 sensitivity. Otherwise it is judged against the *lead* file (the model file; the unit file when
-the model has none), and ``verdict.for_changes`` adds the unit-to-unit offset to the error term
+the model has none), and ``unit.for_changes`` adds the unit-to-unit offset to the error term
 when that file is from another or an unknown unit. An explicit ``--fp4-baseline FILE`` is the
 only file.
 
@@ -23,8 +23,11 @@ from pathlib import Path
 from typing import Mapping
 
 from fp4bench.env import Fingerprint
-from fp4bench.gate.baseline import Baseline, BenchmarkRecord, check_compatible
-from fp4bench.gate.verdict import Policy, for_changes
+from fp4bench.gate.baseline import Baseline
+from fp4bench.gate.compatibility import check_compatible
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.record import BenchmarkRecord
+from fp4bench.gate.unit import for_changes
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,11 @@ from typing import Sequence
 
 import numpy as np
 
-from fp4bench.gate.baseline import Baseline, check_compatible
-from fp4bench.gate.verdict import Policy, Status, compare
+from fp4bench.gate.baseline import Baseline
+from fp4bench.gate.compare import compare
+from fp4bench.gate.compatibility import check_compatible
+from fp4bench.gate.policy import Policy
+from fp4bench.gate.verdict import Status
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,6 @@ from enum import Enum
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 
 class Decision(str, Enum):
@@ -190,6 +189,8 @@ def _bounded(delta: np.ndarray, ss: np.ndarray, df: int, scale: float, settings:
         return delta, -inf, inf, inf, 0.0
     s2 = (ss + settings.prior_df * settings.prior_sigma ** 2) / total_df
     se = np.sqrt(np.maximum(s2, settings.min_sigma ** 2) * scale + settings.unit_sigma ** 2)
+    from scipy import stats  # where it is used: ``Policy`` and ``RuleSettings`` are built without scipy
+
     q_fail = float(stats.t.ppf(settings.confidence, total_df))
     q_pass = float(stats.t.ppf(settings.pass_confidence, total_df))
     return delta, delta - q_fail * se, delta + q_pass * se, se, float(total_df)

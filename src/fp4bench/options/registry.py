@@ -265,7 +265,7 @@ SWEEP = (
            default=MIN_COPIES),
 )
 
-#: how the gate decides; the defaults are ``gate.verdict.Policy``'s (tests/test_options.py checks)
+#: how the gate decides; the defaults are ``gate.policy.Policy``'s (tests/test_options.py checks)
 GATE = (
     Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", type=percent, default=5.0),
     Option("drift", "deprecated, no longer applied: the spread between windows comes from the windows (default: unset)",
@@ -280,7 +280,7 @@ GATE = (
 )
 FLOOR_DRIFT_ALPHA = GATE[:3]
 
-#: the rest of ``gate.verdict.Policy`` that ``fp4bench compare`` takes (defaults checked against it in
+#: the rest of ``gate.policy.Policy`` that ``fp4bench compare`` takes (defaults checked against it in
 #: tests/test_options.py; defined here so that ``--help`` needs no numpy/scipy)
 DISPATCH_POLICIES = ("report", "fail")
 COMPARE = (
@@ -351,7 +351,7 @@ DEPRECATED = {
 
 
 def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
-    """``gate.verdict.Policy`` keyword arguments from the ``GATE`` options (percent -> fraction).
+    """``gate.policy.Policy`` keyword arguments from the ``GATE`` options (percent -> fraction).
     ``given(name)`` returns an option's value; options a front end does not take are left out."""
     out: dict[str, Any] = {}
     for o in GATE:

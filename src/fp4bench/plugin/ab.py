@@ -12,7 +12,6 @@ telemetry per side and round) and ``$GITHUB_STEP_SUMMARY`` the markdown verdict.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -193,9 +192,10 @@ class AbPlugin:
         self.text, self.failed = report(run, result), code != 0
         path = opt("fp4_verdict_json")
         if path:
+            from fp4bench.gate.verdict_json import dumps
             from fp4bench.outputs import write_atomic  # the path was checked before the run
 
-            write_atomic(path, json.dumps(to_json(run, result), indent=2, default=str) + "\n")
+            write_atomic(path, dumps(to_json(run, result)))
         from fp4bench.report.machine import verdict_markdown, write_step_summary
 
         write_step_summary(verdict_markdown(result, baseline=f"side A: {item.against}"))

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from fp4bench.gate.baseline import BaselineError, check_compatible, check_same_measurement, load_baseline
+from fp4bench.gate.baseline import BaselineError, load_baseline
+
+from fp4bench.gate.compatibility import check_compatible, check_same_measurement
 from fp4bench.gate.choice import BaselineFile, Baselines
 from fp4bench.gate.store import candidate_path, partial_path, reserve_path, select_baseline, select_baselines
 from fp4bench.gate.unit import require_same_unit

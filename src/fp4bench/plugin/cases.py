@@ -17,8 +17,10 @@ import torch
 from fp4bench.backends._errors import one_line
 from fp4bench.backends.jit_cache import unbuilt_reason
 from fp4bench.backends.registry import get_backend
-from fp4bench.gate.baseline import availability_key, availability_value, check_samples, is_ok
-from fp4bench.gate.verdict import is_failure, judge
+from fp4bench.gate.baseline import availability_key, availability_value, is_ok
+from fp4bench.gate.record import check_samples
+from fp4bench.gate.policy import is_failure
+from fp4bench.gate.judge import judge
 from fp4bench.plugin import benchmark as pb
 from fp4bench.plugin.console import fail, skip
 from fp4bench.report.tables import result_row, verdict_headline, verdict_message

@@ -16,7 +16,7 @@ from typing import Any
 from fp4bench.backends.registry import all_backends
 from fp4bench.gate.baseline import make_section
 from fp4bench.gate.coverage import Scope
-from fp4bench.gate.verdict import CompareResult, compare
+from fp4bench.gate.compare import CompareResult, compare
 from fp4bench.plugin.console import not_run
 from fp4bench.run.sweep import selection_of, unnamed_backends
 

@@ -8,7 +8,6 @@ Every output path of the run (these, ``--fp4-log``, ``--benchmark-json``) is che
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -55,6 +54,7 @@ def _check(config: pytest.Config, st: Any, log_path: Path | None) -> None:
 
 def write_outputs(st: Any, result: Any, echo: Callable[[str], None]) -> None:
     """``st``: the plugin's session state; ``result``: its CompareResult or None (no baseline)."""
+    from fp4bench.gate.verdict_json import dumps
     from fp4bench.report.machine import results_csv, verdict_json, verdict_markdown, write_step_summary
 
     from fp4bench.plugin.console import not_run
@@ -67,7 +67,7 @@ def write_outputs(st: Any, result: Any, echo: Callable[[str], None]) -> None:
             echo("fp4bench: --fp4-verdict-json: no baseline active (use --benchmark-compare), nothing written")
         else:
             data = verdict_json(result, base)  # a stopped run's cases are in its coverage (not reached)
-            _write(st, "--fp4-verdict-json", json.dumps(data, indent=1) + "\n", "verdict JSON", echo)
+            _write(st, "--fp4-verdict-json", dumps(data), "verdict JSON", echo)
     if opt("fp4_csv"):
         _write(st, "--fp4-csv", results_csv(_csv_rows(st), {v.name: v for v in result.verdicts}
                                             if result is not None else None), "results CSV", echo)
@@ -102,7 +102,7 @@ def _write(st: Any, option: str, text: str, what: str, echo: Callable[[str], Non
 
 def _csv_rows(st: Any) -> list:
     """The measured cases as report rows (same columns as ``fp4bench report``)."""
-    from fp4bench.gate.baseline import BenchmarkRecord
+    from fp4bench.gate.record import BenchmarkRecord
     from fp4bench.measure.peaks import peak_for
     from fp4bench.report.data import case_row
 

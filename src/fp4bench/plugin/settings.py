@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fp4bench.backends import registry
-from fp4bench.gate.verdict import Policy
+from fp4bench.gate.policy import Policy
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.options.registry import policy_kwargs
 from fp4bench.run.factory import case_runner, isolated_runner, open_device

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from fp4bench.gate.baseline import Baseline, BenchmarkRecord, is_ok
+from fp4bench.gate.baseline import Baseline, is_ok
+from fp4bench.gate.record import BenchmarkRecord
 from fp4bench.measure.peaks import FORMAT_PEAK, GpuPeaks, peak_for
 
 DEFAULT_LABEL = "default"

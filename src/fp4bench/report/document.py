@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fp4bench.gate.baseline import Baseline
-from fp4bench.gate.verdict import CompareResult
+from fp4bench.gate.compare import CompareResult
 from fp4bench.outputs import write_atomic
 from fp4bench.report.tables import format_seconds
 from fp4bench.report import plots

@@ -1,6 +1,7 @@
 """Machine-readable gate output: verdict JSON, a markdown verdict (GitHub job summary) and CSV.
 
 Same ``CompareResult`` as the terminal table of ``fp4bench.report.tables``; FAIL and MISSING first.
+The verdict JSON is the document of ``fp4bench.gate.verdict_json`` (source ``"gate"``).
 """
 
 from __future__ import annotations
@@ -12,43 +13,21 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from fp4bench.gate import verdict_json as vj
+from fp4bench.gate.compare import CompareResult, delta_spread
 from fp4bench.gate.coverage import OUTCOME
-from fp4bench.gate.verdict import CompareResult, Status, Verdict
-from fp4bench.report.tables import delta_spread, describe_changes, format_p, format_seconds
-
-VERDICT_SCHEMA = 1
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-def verdict_record(v: Verdict, failing: bool) -> dict[str, Any]:
-    return {"name": v.name, "status": v.status.value, "kind": v.kind, "fails_gate": failing,
-            "base_median_s": _finite(v.base_median), "new_median_s": _finite(v.new_median),
-            "delta_pct": _finite(v.pct), "p_adjusted": _finite(v.p_adjusted), "noise": _finite(v.noise),
-            "improved": v.improved, "dispatch_changed": v.dispatch_changed, "reason": v.reason,
-            "n_base": v.n_base, "n_new": v.n_new}
+from fp4bench.gate.verdict import Status, Verdict
+from fp4bench.report.tables import describe_changes, format_p, format_seconds, verdict_summary
 
 
 def verdict_json(result: CompareResult, baseline: str | None = None) -> dict[str, Any]:
-    """The whole verdict as one JSON object (``exit_code`` is the gate's decision)."""
-    p = result.policy
-    spread = delta_spread(result)
-    return {
-        "schema": VERDICT_SCHEMA,
-        "baseline": baseline,
-        "exit_code": result.exit_code,
-        "outcome": OUTCOME[result.exit_code],
-        "counts": result.counts(),
-        "coverage": result.coverage.to_dict() if result.coverage is not None else None,
-        "changes": [{"key": k, "old": o, "new": n} for k, o, n in result.changes],
-        "policy": {"floor": p.floor, "drift": p.drift, "alpha": p.alpha, "noise_k": p.noise_k,
-                   "min_samples": p.min_samples, "allow_missing": p.allow_missing,
-                   "fail_on_ambiguous": p.fail_on_ambiguous, "dispatch": p.dispatch},
-        "delta_spread": None if spread is None else dict(zip(("n", "median_abs", "p95_abs", "max_abs"), spread)),
-        "verdicts": [verdict_record(v, result.is_failure(v)) for v in result.sorted()],
-    }
+    """The gate's verdict as the verdict JSON document (``exit_code`` is the gate's decision);
+    its evidence: the baseline file and what makes the comparison less sensitive."""
+    rows = [vj.benchmark(v, result.is_failure(v), v.interval,
+                         {"noise": vj.number(v.noise), "windows_base": v.windows_base, "windows_new": v.windows_new})
+            for v in result.sorted()]
+    return vj.document(result, source="gate", exit_code=result.exit_code, summary=verdict_summary(result),
+                       evidence={"baseline": baseline, "notes": list(result.notes)}, benchmarks=rows)
 
 
 def _md_escape(s: str) -> str:

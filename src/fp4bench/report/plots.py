@@ -20,7 +20,8 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from fp4bench.gate.verdict import CompareResult, Status  # noqa: E402
+from fp4bench.gate.compare import CompareResult  # noqa: E402
+from fp4bench.gate.verdict import Status  # noqa: E402
 from fp4bench.measure.peaks import GpuPeaks  # noqa: E402
 from fp4bench.report.data import (CaseRow, UnsupportedTile, best_per_problem,  # noqa: E402
                                      m_from_problem_id, split_tactic)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
+from fp4bench.gate.compare import CompareResult, delta_spread
 from fp4bench.gate.coverage import EXIT_INCOMPLETE, OUTCOME, collapsed
+from fp4bench.gate.policy import Policy
 from fp4bench.gate.power import PowerRow
-from fp4bench.gate.verdict import (KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, CompareResult, Policy, Status,
-                                   Verdict)
+from fp4bench.gate.verdict import KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, Status, Verdict
 from fp4bench.report.textfit import common_parts, common_prefix, fit_table, wrap_line
 
 
@@ -122,18 +121,6 @@ def _verdict_label(v: Verdict) -> str:
 
 def _pct(v: Verdict) -> str:
     return "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
-
-
-def delta_spread(result: CompareResult) -> tuple[int, float, float, float] | None:
-    """(n, median, p95, max) of |new/base - 1| over timed benchmarks measured in both runs.
-
-    On an unchanged stack this is the run-to-run noise a user should expect (the A/A numbers
-    of docs/results-h200.md); p95 uses numpy's linear interpolation."""
-    d = [abs(v.ratio - 1) for v in result.verdicts
-         if v.kind == "timing" and v.ratio is not None and math.isfinite(v.ratio)]
-    if not d:
-        return None
-    return len(d), float(np.median(d)), float(np.percentile(d, 95)), max(d)
 
 
 def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
