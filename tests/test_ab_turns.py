@@ -18,7 +18,7 @@ from fp4bench.ab.judge import FAILED_ON_BOTH, judge, outcome, report
 from fp4bench.ab.run import AbConfig, AbRun, AbRunner, Paired, Side, SideResult
 from fp4bench.ab.schedule import HEADROOM_MIN_BYTES, resident_capacity, round_order, turns
 from fp4bench.cli.ab import ab_main
-from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_USAGE
+from fp4bench.cli.command import EXIT_INCOMPLETE, EXIT_USAGE
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gate.verdict import Policy, Status
 from fp4bench.run.sweep import SweepOptions
