@@ -19,7 +19,7 @@ from fp4bench.ab.records import AbRun, Paired, ProcInfo, SideResult
 from fp4bench.ab.run import AbRunner
 from fp4bench.ab.schedule import alloc_order, round_order, start_order
 from fp4bench.cli.ab import ab_main
-from fp4bench.cli.compare import EXIT_INCOMPLETE
+from fp4bench.cli.command import EXIT_INCOMPLETE
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gate.verdict import Status
@@ -304,6 +304,8 @@ def test_interrupted_run_judges_what_finished_and_lists_the_rest():
     assert "INCOMPLETE: interrupted, 3 benchmarks not reached" in report(run, result)
     assert to_json(run, result)["evidence"]["not_reached"] == run.not_reached
     assert outcome(run, result)[0] == EXIT_INCOMPLETE
+    # --allow-missing (fp4bench ab, like compare and pytest): what was not reached does not fail
+    assert outcome(run, judge(run, Policy(floor=0.2, allow_missing=True)))[0] == 0
 
 
 def _lost_run() -> AbRun:
@@ -354,7 +356,7 @@ def test_cli_usage_errors_come_before_any_worker_starts(capsys, monkeypatch):
     assert ab_main(_cli("--backends", "torch-bf16,no-such-backend")) == 2
     err = capsys.readouterr().err
     assert "--backends: unknown backend no-such-backend; known: " in err and "torch-bf16" in err
-    for bad, what in ((["--replicates", "1"], "--replicates"), (["--time-budget", "nan"], "--time-budget"),
+    for bad, what in ((["--replicates", "1"], "--replicates"), (["--run-budget", "nan"], "--run-budget"),
                       (["--case-timeout", "0"], "--case-timeout"), (["--rounds", "1"], "--rounds")):
         assert ab_main(_cli(*bad)) == 2
         assert what in capsys.readouterr().err
@@ -364,7 +366,7 @@ def test_cli_selection_nothing_runs_is_incomplete_and_lists_skips(tmp_path, caps
     """ab-spin has no MoE kind: the selection lists nothing, nothing is judged (exit 3, not 0)."""
     monkeypatch.setenv("PYTHONPATH", FAKES)
     out = tmp_path / "ab.json"
-    code = ab_main(_cli("--backends", "ab-spin", "--kinds", "moe", "--json", str(out)))
+    code = ab_main(_cli("--backends", "ab-spin", "--kinds", "moe", "--verdict-json", str(out)))
     text = capsys.readouterr().out
     assert code == EXIT_INCOMPLETE, text
     assert "nothing judged" in text and json.loads(out.read_text())["exit_code"] == 3
@@ -376,7 +378,7 @@ def test_cli_slowdown_wrapper_on_b_fails_with_json(tmp_path, capsys, monkeypatch
     out = tmp_path / "ab.json"
     # B alone loads the test-only slowdown wrapper: same benchmark names, every call +300 %
     assert ab_main(_cli("--backends", "ab-spin", "--b-plugin", "fp4bench.testing.slowdown",
-                        "--b-env", "FP4BENCH_SLOWDOWN=ab-spin=3", "--json", str(out))) == 1
+                        "--b-env", "FP4BENCH_SLOWDOWN=ab-spin=3", "--verdict-json", str(out))) == 1
     text = capsys.readouterr().out
     assert "side B ran TEST-ONLY backends: ab-spin (" in text and "side A ran" not in text
     js = validate(json.loads(out.read_text()))
@@ -448,8 +450,8 @@ def test_telemetry_is_summarized_per_side_in_the_report_and_json():
 AB_PYTEST = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:hypothesispytest",
              "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-plugin", "ab_env",
              # one token: pytest takes rootdir hints from path-like arguments, an option's value too
-             "--fp4-backends", "ab-spin", f"--fp4-ab-against={sys.executable}", "--fp4-ab-rounds", "4", "--fp4-ab-replicates", "2",
-             "--fp4-ab-round-samples", "5", "--fp4-floor", "20"]
+             "--fp4-backends", "ab-spin", f"--fp4-ab-against={sys.executable}", "--fp4-rounds", "4", "--fp4-replicates", "2",
+             "--fp4-round-samples", "5", "--fp4-floor", "20"]
 
 
 @pytest.fixture
@@ -470,7 +472,7 @@ def ab_bench(pytester, monkeypatch):
 def test_pytest_ab_against_fails_like_a_test_with_the_ab_table(ab_bench, monkeypatch):
     monkeypatch.setenv("FAKE_SLOWDOWN", "3")  # this environment (B) is 4x slower ...
     monkeypatch.setenv("CI", "true")  # pytest then prints -rf's crash message untrimmed: it must be one line
-    res = ab_bench.runpytest(*AB_PYTEST, "--fp4-ab-env", "FAKE_SLOWDOWN=0", "-rf",  # ... than side A
+    res = ab_bench.runpytest(*AB_PYTEST, "--fp4-a-env", "FAKE_SLOWDOWN=0", "-rf",  # ... than side A
                              "--fp4-verdict-json", "ab.json")
     out = res.stdout.str()
     assert res.ret == 1, out

@@ -15,7 +15,7 @@ import pytest
 from fp4bench.ab.multi import shares
 from fp4bench.ab.run import AbRunner
 from fp4bench.cli.ab import ab_main
-from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_REGRESSION, EXIT_USAGE
+from fp4bench.cli.command import EXIT_INCOMPLETE, EXIT_REGRESSION, EXIT_USAGE
 
 FAKES = str(Path(__file__).parent / "fakes")
 UUIDS = ("GPU-fake-0", "GPU-fake-1")
@@ -50,7 +50,7 @@ def test_one_gpu_slowed_fails_only_its_benchmarks_with_every_worker_pinned(host,
     FAILs, GPU 0's passes, one report and JSON carry both, the exit code is the worst (1)."""
     out = host / "ab.json"
     code = ab_main(_cli("--b-plugin", "fp4bench.testing.slowdown", "--b-env", "FP4BENCH_SLOWDOWN=ab-spin=3",
-                        "--b-env", "FP4BENCH_SLOWDOWN_GPUS=GPU-fake-1", "--json", str(out)))
+                        "--b-env", "FP4BENCH_SLOWDOWN_GPUS=GPU-fake-1", "--verdict-json", str(out)))
     text = capsys.readouterr().out
     assert code == EXIT_REGRESSION, text
     js = json.loads(out.read_text())
@@ -112,7 +112,7 @@ def test_the_partition_is_by_family_longest_first_and_the_same_every_time():
 def test_a_gpu_whose_workers_cannot_start_leaves_its_share_unjudged(host, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_DEAD_GPU", "GPU-fake-1")
     out = host / "ab.json"
-    code = ab_main(_cli("--json", str(out)))
+    code = ab_main(_cli("--verdict-json", str(out)))
     text = capsys.readouterr().out
     assert code == EXIT_INCOMPLETE, text
     js = json.loads(out.read_text())
@@ -142,7 +142,7 @@ def test_a_gpu_run_that_raises_midway_keeps_what_it_finished(host, capsys, monke
 
     monkeypatch.setattr(AbRunner, "_one", flaky)
     out = host / "ab.json"
-    assert ab_main(_cli("--json", str(out))) == EXIT_INCOMPLETE
+    assert ab_main(_cli("--verdict-json", str(out))) == EXIT_INCOMPLETE
     js = json.loads(out.read_text())
     g1 = js["evidence"]["gpus"][1]
     assert g1["measured"] == 1 and g1["error"] == "RuntimeError: simulated controller fault"

@@ -20,7 +20,7 @@ from fp4bench.ab.records import AbRun, Paired, SideResult
 from fp4bench.ab.run import AbRunner
 from fp4bench.ab.schedule import HEADROOM_MIN_BYTES, resident_capacity, round_order, turns
 from fp4bench.cli.ab import ab_main
-from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_USAGE
+from fp4bench.cli.command import EXIT_INCOMPLETE, EXIT_USAGE
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gate.verdict import Status

@@ -356,7 +356,7 @@ def test_compare_refuses_a_fifo_without_reading_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("argv", "code", "message"), [
-    (["shapes", "--batch", "100000000000"], 2,
+    (["shapes", "--batches", "100000000000"], 2,
      "fp4bench shapes: batch: batch sizes must be in 1..65536, got 100000000000 in '100000000000'"),
 ])
 def test_batch_beyond_the_range_is_refused_before_any_allocation(capsys, argv, code, message):
@@ -427,7 +427,7 @@ def test_shapes_on_an_ascii_only_stdout(monkeypatch):
 
     raw = io.BytesIO()
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
-    rc = cli_main(["shapes", "--batch", "1"])
+    rc = cli_main(["shapes", "--batches", "1"])
     sys.stdout.flush()
     assert rc == 0 and b"tok/expert = batch?top_k/E" in raw.getvalue()
 
@@ -546,16 +546,16 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("bad device", ["--fp4-device", "foo"], None, 4, "fp4bench: --fp4-device: 'foo' is not a torch device"),
     ("bad device + save", ["--fp4-device", "foo", "--fp4-save-baseline", "x.json"], None, 4,
      "fp4bench: --fp4-device: 'foo' is not a torch device"),
-    ("bad plugin + baseline", ["--fp4-plugin", "no_such_module", "--fp4-baseline", "base.json"], lambda d: d, 4,
+    ("bad plugin + baseline", ["--fp4-plugin", "no_such_module", "--fp4-baseline-file", "base.json"], lambda d: d, 4,
      "fp4bench: --fp4-plugin: cannot import backend module 'no_such_module'"),
-    ("bad routing + baseline", ["--fp4-routing", "zipf:abc", "--fp4-baseline", "base.json"], lambda d: d, 4,
+    ("bad routing + baseline", ["--fp4-routing", "zipf:abc", "--fp4-baseline-file", "base.json"], lambda d: d, 4,
      "Zipf exponent 'abc' is not a number"),
-    ("bad floor + baseline", ["--fp4-floor", "nan", "--fp4-baseline", "base.json"], lambda d: d, 4,
+    ("bad floor + baseline", ["--fp4-floor", "nan", "--fp4-baseline-file", "base.json"], lambda d: d, 4,
      "argument --fp4-floor: percentage must be in [0, 1000), got nan"),
-    ("baseline 200k deep", ["--fp4-baseline", "base.json"], lambda d: "[" * 200_000 + "]" * 200_000, 4,
+    ("baseline 200k deep", ["--fp4-baseline-file", "base.json"], lambda d: "[" * 200_000 + "]" * 200_000, 4,
      "fp4bench baseline: baseline file base.json nests JSON too deeply to be a baseline"),
-    ("baseline is a folder", ["--fp4-baseline", "."], None, 4, "fp4bench baseline: baseline file . is not a file"),
-    ("baseline sample beyond the float range", ["--fp4-baseline", "base.json"],
+    ("baseline is a folder", ["--fp4-baseline-file", "."], None, 4, "fp4bench baseline: baseline file . is not a file"),
+    ("baseline sample beyond the float range", ["--fp4-baseline-file", "base.json"],
      lambda d: _with_data(d, [10 ** 400] * 8), 4, "fp4bench baseline: base.json: benchmark 'test_fp4_gemm.py::"),
     ("save onto approved.json", ["--fp4-save-baseline", "baselines/cpu/approved.json"], None, 4,
      "a run is never saved as approved.json; save a candidate and use 'fp4bench baseline approve'"),
@@ -573,36 +573,36 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("min copies 0", ["--fp4-min-copies", "0"], None, 4, "argument --fp4-min-copies: must be in 1..16, got 0"),
     ("--fp4-python without --fp4-isolate", ["--fp4-python", "python3"], None, 4,
      "fp4bench: --fp4-python is the interpreter of --fp4-isolate's workers: it needs --fp4-isolate"),
-    ("--fp4-ab-env without --fp4-ab-against", ["--fp4-ab-env", "X=1"], None, 4,
-     "--fp4-ab-env sets the environment of the --fp4-ab-against side: it needs --fp4-ab-against"),
+    ("--fp4-a-env without --fp4-ab-against", ["--fp4-a-env", "X=1"], None, 4,
+     "--fp4-a-env sets the environment of the --fp4-ab-against side: it needs --fp4-ab-against"),
     # a bad value in the baseline's recorded sweep names the file and the field, never an option
     # the user did not type, and the run that never started prints no verdict (of MISSING rows)
     # (the rows give --fp4-batches, --fp4-tp, --fp4-kinds and --fp4-backends: those fields are theirs)
-    ("baseline's recorded models", ["--fp4-baseline", "base.json"], _base_sweep(models=["no-such-model"]), 4,
+    ("baseline's recorded models", ["--fp4-baseline-file", "base.json"], _base_sweep(models=["no-such-model"]), 4,
      "fp4bench: baseline base.json: recorded sweep field 'models': unknown model 'no-such-model'"),
-    ("... a bad routing", ["--fp4-baseline", "base.json"], _base_sweep(routings=["zipf:0"]), 4,
+    ("... a bad routing", ["--fp4-baseline-file", "base.json"], _base_sweep(routings=["zipf:0"]), 4,
      "fp4bench: baseline base.json: recorded sweep field 'routings': routing 'zipf:0': Zipf exponent must be"),
-    ("... a bad tactics value", ["--fp4-baseline", "base.json"], _base_sweep(tactics="most"), 4,
+    ("... a bad tactics value", ["--fp4-baseline-file", "base.json"], _base_sweep(tactics="most"), 4,
      "fp4bench: baseline base.json: recorded sweep field 'tactics': expected 'default' or 'all', got 'most'"),
     ("... through --benchmark-compare", ["--benchmark-compare=base.json"], _base_sweep(models=["no-such-model"]), 4,
      "fp4bench: baseline base.json: recorded sweep field 'models': unknown model 'no-such-model'"),
     # the saved run and this one are CPU wall times minutes apart on a shared machine (70x apart
     # under load once): baseline windows spread over the plausible range keep the row about what
     # it tests (the run is accepted and judged: AMBIGUOUS, exit 0), not about their timing
-    ("... a bad field the option given replaces", ["--fp4-baseline", "base.json"],
+    ("... a bad field the option given replaces", ["--fp4-baseline-file", "base.json"],
      lambda d: _noisy_fast(_base_sweep(batches=[-1])(d)), 0,
      "fp4bench verdict vs base.json"),
-    ("baseline timed with cold L2", ["--fp4-baseline", "base.json"], _base_cold_l2, 4,
+    ("baseline timed with cold L2", ["--fp4-baseline-file", "base.json"], _base_cold_l2, 4,
      "the baseline was timed with l2='cold' but this run with l2='hot'"),
-    ("baseline timed with another copy rule", ["--fp4-baseline", "base.json"], _base_sweep(min_copies=2), 4,
+    ("baseline timed with another copy rule", ["--fp4-baseline-file", "base.json"], _base_sweep(min_copies=2), 4,
      "the baseline was timed with min_copies=2 but this run with min_copies=1"),
-    ("baseline with too few samples", ["--fp4-baseline", "base.json"], _base_few_samples, 1,
+    ("baseline with too few samples", ["--fp4-baseline-file", "base.json"], _base_few_samples, 1,
      "too few samples (baseline 3, current"),
-    ("... accepted, but nothing judged", ["--fp4-baseline", "base.json", "--fp4-allow-ambiguous"], _base_few_samples,
+    ("... accepted, but nothing judged", ["--fp4-baseline-file", "base.json", "--fp4-allow-ambiguous"], _base_few_samples,
      3, "→ INCOMPLETE: nothing judged"),
-    ("AMBIGUOUS made to fail", ["--fp4-baseline", "base.json", "--fp4-fail-on-ambiguous"], "noisy-fast", 1,
+    ("AMBIGUOUS made to fail", ["--fp4-baseline-file", "base.json", "--fp4-fail-on-ambiguous"], "noisy-fast", 1,
      "AMBIGUOUS test_fp4_gemm.py::test_dense[torch-bf16-default-glm-5-b1-tp8-uniform-shared_"),
-    ("... passes by default", ["--fp4-baseline", "base.json"], "noisy-fast", 0, "AMBIGUOUS"),
+    ("... passes by default", ["--fp4-baseline-file", "base.json"], "noisy-fast", 0, "AMBIGUOUS"),
 ]
 
 

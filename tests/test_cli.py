@@ -44,17 +44,31 @@ def test_workload_glm5_decode_arithmetic(capsys):
     assert out.startswith("glm-5: H=6144 I=2048 E=256 top_k=8 TP=1")
     rows = {int(ln.split()[0]): ln.split() for ln in out.splitlines()[2:]}
     assert rows[512][1] == "16.00" and rows[1024][1] == "32.00"  # 512 * 8 / 256, 1024 * 8 / 256
-    assert main(["workload", "--model", "glm-5", "--batch", "64", "--tp", "8"]) == 0
+    assert main(["workload", "--models", "glm-5", "--batches", "64", "--tp", "8"]) == 0
     out = capsys.readouterr().out
     assert "TP=8" in out and out.splitlines()[2].split()[:2] == ["64", "2.00"]
+
+
+def test_workload_and_shapes_take_the_sweeps_plural_options(capsys):
+    """``--models``/``--batches``/``--tp`` mean what they mean in a sweep: lists, one block per model and TP."""
+    assert main(["workload", "--models", "glm-5,deepseek-v3", "--batches", "64", "--tp", "1,8"]) == 0
+    heads = [ln.split(":")[0] + " " + ln.split()[-1] for ln in capsys.readouterr().out.splitlines() if "top_k=" in ln]
+    assert heads == ["glm-5 TP=1", "glm-5 TP=8", "deepseek-v3 TP=1", "deepseek-v3 TP=8"]
+    assert main(["shapes", "--models", "glm-5,deepseek-v3", "--batches", "1", "--routing", "uniform,zipf:1.2",
+                 "--gpu", "b200"]) == 0
+    out = capsys.readouterr().out
+    heads = [(ln.split(":")[0], ln.split()[-1]) for ln in out.splitlines() if "top_k=" in ln]
+    assert heads == [("glm-5", "routing=uniform"), ("glm-5", "routing=zipf:1.2"),
+                     ("deepseek-v3", "routing=uniform"), ("deepseek-v3", "routing=zipf:1.2")]
+    assert out.count("B200: ridge point") == 1  # both models are NVFP4: one ridge point
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["frobnicate"], "unknown command 'frobnicate'"),
-        (["workload", "--model", "gpt-9"], "unknown model 'gpt-9'"),
-        (["workload", "--batch", "0"], "batch"),
+        (["workload", "--models", "gpt-9"], "unknown model 'gpt-9'"),
+        (["workload", "--batches", "0"], "batch"),
         (["workload", "--tp", "3"], "fp4bench workload:"),
     ],
 )

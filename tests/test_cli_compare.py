@@ -76,7 +76,7 @@ def test_exit_2_bad_files(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "extra",
-    [["--alpha", "0"], ["--alpha", "x"], ["--floor", "-1"], ["--min-samples", "1"],
+    [["--alpha", "0"], ["--alpha", "x"], ["--floor", "-1"], ["--verdict-min-samples", "1"],
      ["--dispatch", "ignore"], ["--bogus"]],
 )
 def test_exit_2_usage(tmp_path, capsys, extra):

@@ -124,10 +124,9 @@ def test_every_fp4_pytest_option_has_help_and_its_default():
 
 def test_compare_options_default_to_the_gates_policy():
     from fp4bench.gate.policy import DISPATCH_POLICIES, Policy
-    from fp4bench.options.registry import COMPARE
-    from fp4bench.options.registry import DISPATCH_POLICIES as OPTION_CHOICES
+    from fp4bench.options.registry import option
 
     d = Policy()
-    assert {o.name: o.default for o in COMPARE} == {"noise-k": d.noise_k, "min-samples": d.min_samples,
-                                                   "dispatch": d.dispatch}
-    assert OPTION_CHOICES == DISPATCH_POLICIES
+    assert {n: option(n).default for n in ("noise-k", "verdict-min-samples", "dispatch")} == {
+        "noise-k": d.noise_k, "verdict-min-samples": d.min_samples, "dispatch": d.dispatch}
+    assert option("dispatch").choices == DISPATCH_POLICIES

@@ -142,7 +142,7 @@ def test_a_cpu_run_with_skips_and_failures_prints_no_line_over_160_and_no_profil
 
 def test_after_x_the_cases_not_run_are_not_reached_not_missing(bench):
     _write(bench, "fast.json", _faster_baseline(_baseline(bench), 0.6))  # the first case fails ...
-    res = bench.runpytest(*GATE, "--fp4-baseline", "fast.json", "--fp4-no-confirm", "-x",
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "-x",
                           "--fp4-verdict-json", "v.json")
     out = res.stdout.str()
     assert res.ret == 1
@@ -170,14 +170,14 @@ def pytest_runtest_logfinish(nodeid, location):
 def test_a_stop_without_failures_still_fails_the_gate_unless_allowed(bench):
     _baseline(bench)
     bench.makeconftest(STOP_AFTER_FIRST)
-    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json")
     out = res.stdout.str()
     assert res.parseoutcomes().get("passed") == 1 and "failed" not in res.parseoutcomes()
     assert res.ret == 3, out  # every case that ran passed, but half the gate was never run: incomplete
     assert "an incomplete run cannot pass the gate; --fp4-allow-missing judges only what ran" in out
     assert "→ INCOMPLETE: judged 1 of 2 expected benchmarks (1 not reached) (exit 3)" in out
     assert "MISSING" not in out
-    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "--fp4-allow-missing")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-allow-missing")
     assert res.ret == 0, res.stdout.str()
     assert "--fp4-allow-missing: the gate judged only the cases that ran" in res.stdout.str()
 

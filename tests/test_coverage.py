@@ -12,7 +12,8 @@ import pytest
 import test_plugin
 from _benchjson import bench_entry, bench_json, samples
 from fp4bench.backends.base import DEFAULT_TACTIC, Tactic
-from fp4bench.cli.compare import EXIT_INCOMPLETE, compare_main
+from fp4bench.cli.command import EXIT_INCOMPLETE
+from fp4bench.cli.compare import compare_main
 from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.compare import compare
 from fp4bench.gate.coverage import Scope
@@ -166,7 +167,7 @@ def test_fp4_backends_narrows_a_gated_pytest_run(bench):
     res = bench.runpytest(*GATE, "--fp4-backends", "steady-spin,torch-bf16", "--fp4-save-baseline", "two.json")
     assert res.ret == 0, res.stdout.str()
     assert len(json.loads((bench.path / "two.json").read_text())["benchmarks"]) == 2 * len(data["benchmarks"])
-    res = bench.runpytest(*GATE, "--fp4-baseline", "two.json")  # GATE selects --fp4-backends steady-spin
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "two.json")  # GATE selects --fp4-backends steady-spin
     out = res.stdout.str()
     assert res.ret == 0, out
     assert "MISSING" not in out
@@ -175,12 +176,12 @@ def test_fp4_backends_narrows_a_gated_pytest_run(bench):
 
 def test_a_selection_no_backend_runs_is_incomplete(bench):
     _baseline(bench)
-    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "--fp4-kinds", "moe")  # steady-spin: dense only
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-kinds", "moe")  # steady-spin: dense only
     out = res.stdout.str()
     assert res.ret == 3, out
     assert "→ INCOMPLETE: nothing judged: the selection holds none of the baseline's benchmarks (2 not selected)" \
         in out
-    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "-k", "no_such_case")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "-k", "no_such_case")
     assert res.ret == 3, res.stdout.str()
 
 
@@ -211,7 +212,7 @@ def test_compare_allow_missing_with_nothing_in_common(tmp_path, capsys):
 
 
 def test_an_empty_baseline_path_is_a_usage_error(bench):
-    for flag in ("--fp4-baseline=", "--fp4-baseline=  ", "--benchmark-compare="):
+    for flag in ("--fp4-baseline-file=", "--fp4-baseline-file=  ", "--benchmark-compare="):
         res = bench.runpytest(*GATE, flag)
         err = res.stderr.str()
         assert res.ret == 4, (flag, res.stdout.str(), err)
@@ -221,7 +222,7 @@ def test_an_empty_baseline_path_is_a_usage_error(bench):
 def test_an_unclean_candidate_gets_no_approve_hint(bench):
     fast = json.loads(json.dumps(_baseline(bench)))
     _write(bench, "fast.json", test_plugin._faster_baseline(fast, 0.6))  # every case now reads 1.67x slower
-    res = bench.runpytest(*GATE, "--fp4-baseline", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json")
     out = res.stdout.str()
     assert res.ret == 1, out
     assert "approve it with" not in out
@@ -299,7 +300,7 @@ def test_default_tactics_gated_against_an_all_tactics_baseline_expect_the_defaul
     assert res.ret == 0, res.stdout.str()
     data = json.loads((bench.path / "all.json").read_text())
     assert sorted(b["extra_info"]["tactic_sweep"] for b in data["benchmarks"]) == ["all", "all", "default", "default"]
-    res = bench.runpytest(*TWO, "--fp4-tactics", "default", "--fp4-baseline", "all.json")
+    res = bench.runpytest(*TWO, "--fp4-tactics", "default", "--fp4-baseline-file", "all.json")
     out = res.stdout.str()
     assert res.ret == 0, out
     assert "MISSING" not in out and "coverage: judged 2 of 2 expected benchmarks; 2 not selected" in out
@@ -308,7 +309,7 @@ def test_default_tactics_gated_against_an_all_tactics_baseline_expect_the_defaul
     ghost["fullname"] = ghost["fullname"].replace("shared_", "ghost_")
     data["benchmarks"].append(ghost)
     _write(bench, "ghost.json", data)
-    res = bench.runpytest(*TWO, "--fp4-tactics", "default", "--fp4-baseline", "ghost.json")
+    res = bench.runpytest(*TWO, "--fp4-tactics", "default", "--fp4-baseline-file", "ghost.json")
     assert res.ret == 3 and "MISSING (1)" in res.stdout.str(), res.stdout.str()
 
 
@@ -316,7 +317,7 @@ def test_fp4_routing_narrows_a_gated_pytest_run(bench):
     res = bench.runpytest(*GATE, "--fp4-routing", "uniform,zipf:1.2", "--fp4-save-baseline", "two.json")
     assert res.ret == 0, res.stdout.str()
     assert len(json.loads((bench.path / "two.json").read_text())["benchmarks"]) == 4
-    res = bench.runpytest(*GATE, "--fp4-routing", "zipf:1.2", "--fp4-baseline", "two.json")
+    res = bench.runpytest(*GATE, "--fp4-routing", "zipf:1.2", "--fp4-baseline-file", "two.json")
     out = res.stdout.str()
     assert res.ret == 0, out
     assert "MISSING" not in out and "coverage: judged 2 of 2 expected benchmarks; 2 not selected" in out

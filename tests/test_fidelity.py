@@ -61,6 +61,6 @@ def test_bad_arguments(capsys, args):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_fidelity_on_the_gpu(tmp_path):
-    assert fidelity_main(["--ms", "64", "--budget", "0.2", "--json", str(tmp_path / "f.json")]) == 0
+    assert fidelity_main(["--ms", "64", "--budget", "0.2", "--rows-json", str(tmp_path / "f.json")]) == 0
     rows = json.loads((tmp_path / "f.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["same_kernels"] for r in rows)

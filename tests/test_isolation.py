@@ -196,7 +196,7 @@ def test_isolation_saves_a_candidate_baseline(isolated_base):
     assert base.sweep["l2"] == "hot" and base.sweep["timer"] == "cpu"  # what the worker measured with
 
 
-@pytest.mark.parametrize("gate", [["--fp4-baseline", "base.json"], ["--benchmark-compare=base.json"]])
+@pytest.mark.parametrize("gate", [["--fp4-baseline-file", "base.json"], ["--benchmark-compare=base.json"]])
 def test_isolation_gates_against_a_baseline(isolated_base, gate):
     """The gate runs on the worker's samples and judges both cases. Whether they pass is not the
     point here: CPU wall-clock times on this shared machine move by far more than any floor (the

@@ -1,4 +1,4 @@
-"""Shared options: value parsing, argparse types, and one definition for pytest and the CLI."""
+"""Option values (parsing, argparse types) and the registry's defaults against their owners."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import pytest
 
 from fp4bench.gate.policy import Policy
 from fp4bench.models import list_models
-from fp4bench.options.registry import (BASELINES, GATE, SWEEP, add_options, alpha, int_list, parse_ints, parse_kinds,
-                              parse_models, parse_routings, parse_tps, percent, policy_kwargs, positive_seconds)
+from fp4bench.options.adapters import add_options
+from fp4bench.options.registry import option, options_of, policy_kwargs
+from fp4bench.options.values import (alpha, int_list, parse_ints, parse_kinds, parse_models, parse_routings, parse_tps,
+                                     percent, positive_seconds)
+
 
 def test_parse_models():
     assert [m.name for m in parse_models("glm-5,deepseek-v3")] == ["glm-5", "deepseek-v3"]
@@ -76,27 +79,46 @@ def test_argparse_types(conv, good, bad):
 
 
 def test_gate_defaults_are_the_policy_defaults():
-    """The option defaults and ``Policy()`` must not drift apart: both front ends build a Policy
+    """The option defaults and ``Policy()`` must not drift apart: every front end builds a Policy
     from the options, library callers from its defaults."""
     ap = argparse.ArgumentParser()
-    add_options(ap.add_argument, GATE)
+    add_options(ap, "compare")
     args = ap.parse_args([])
-    built = Policy(**policy_kwargs(lambda n: getattr(args, n.replace("-", "_"))))
+    built = Policy(**policy_kwargs(lambda n: getattr(args, n.replace("-", "_"))),
+                   noise_k=args.noise_k, min_samples=args.verdict_min_samples, dispatch=args.dispatch)
     assert built == Policy()
     assert dataclasses.replace(Policy(), floor=0.1, allow_missing=True) == Policy(**policy_kwargs(
         lambda n: vars(ap.parse_args(["--floor", "10", "--allow-missing"]))[n.replace("-", "_")]))
 
 
 def test_one_definition_two_spellings():
-    """The pytest plugin adds every shared option as --fp4-<name>, a command as --<name>."""
-    seen: dict[str, dict] = {}
-    ap = argparse.ArgumentParser()
-    add_options(ap.add_argument, SWEEP + GATE + (BASELINES,))
-    add_options(lambda name, **kw: seen.setdefault(name, kw), SWEEP + GATE + (BASELINES,), "fp4-")
-    for action in ap._actions[1:]:
-        (flag,) = action.option_strings
-        assert "--fp4-" + flag[2:] in seen
-    assert {"--fp4-floor", "--fp4-drift", "--fp4-alpha", "--fp4-baselines", "--fp4-models"} <= set(seen)
+    """The pytest plugin adds every option it takes as --fp4-<name>, a command as --<name>."""
+    assert option("floor").flag("pytest") == "--fp4-floor" and option("floor").flag("compare") == "--floor"
+    assert {o.name for o in options_of("pytest")} >= {"floor", "drift", "alpha", "baselines", "models"}
+    assert option("baselines").flag("baseline approve") == "--baselines"
+
+
+def test_ab_defaults_are_the_ab_runs_defaults():
+    """``fp4bench ab`` and ``pytest --fp4-ab-against`` show and use ``AbDefaults``' values."""
+    from fp4bench.ab.defaults import DEFAULTS as d
+
+    ab = {o.name: o.default for o in options_of("ab")}
+    assert {k: ab[k] for k in ("replicates", "rounds", "max-rounds", "round-samples", "placement", "run-budget",
+                               "benchmark-budget", "case-timeout")} == {
+        "replicates": d.replicates, "rounds": d.rounds, "max-rounds": d.max_rounds, "round-samples": d.round_samples,
+        "placement": d.placement, "run-budget": d.time_budget_s, "benchmark-budget": d.benchmark_budget_s,
+        "case-timeout": d.timeout_s}
+    assert f"longer than {d.round_s:g} s / this" in option("round-samples").help
+    pytest_ab = {o.name: o.default for o in options_of("pytest")}
+    assert {k: pytest_ab[k] for k in ("replicates", "rounds", "round-samples", "run-budget")} == {
+        "replicates": d.replicates, "rounds": d.rounds, "round-samples": d.round_samples, "run-budget": d.time_budget_s}
+
+
+def test_shapes_gpu_help_names_every_known_gpu():
+    from fp4bench.measure.peaks import known_gpus
+    from fp4bench.options.registry import KNOWN_GPUS
+
+    assert KNOWN_GPUS == ", ".join(known_gpus())
 
 
 def test_drift_and_alpha_are_deprecated_warn_once_and_change_nothing():

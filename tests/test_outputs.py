@@ -90,7 +90,7 @@ def _pair(tmp_path) -> tuple[str, str]:
     return str(base), str(new)
 
 
-@pytest.mark.parametrize("option", ["--json", "--markdown"])
+@pytest.mark.parametrize("option", ["--verdict-json", "--markdown"])
 def test_compare_never_writes_over_the_files_it_compares(tmp_path, capsys, option):
     base, new = _pair(tmp_path)
     before = {p: Path(p).read_bytes() for p in (base, new)}
@@ -104,18 +104,18 @@ def test_compare_never_writes_over_the_files_it_compares(tmp_path, capsys, optio
 def test_compare_checks_its_outputs_first_and_overwrites_only_with_force(tmp_path, capsys, monkeypatch):
     base, new = _pair(tmp_path)
     nodir = tmp_path / "nodir" / "v.json"
-    assert cli_compare.compare_main([base, new, "--json", str(nodir)]) == 2
-    assert f"--json {nodir}: the folder {nodir.parent} does not exist" in capsys.readouterr().err
+    assert cli_compare.compare_main([base, new, "--verdict-json", str(nodir)]) == 2
+    assert f"--verdict-json {nodir}: the folder {nodir.parent} does not exist" in capsys.readouterr().err
     out = tmp_path / "v.json"
     out.write_text("keep")
-    assert cli_compare.compare_main([base, new, "--json", str(out)]) == 2
+    assert cli_compare.compare_main([base, new, "--verdict-json", str(out)]) == 2
     assert "already exists; choose a new name or pass --force" in capsys.readouterr().err
     assert out.read_text() == "keep"
-    assert cli_compare.compare_main([base, new, "--json", str(out), "--force"]) == 0
+    assert cli_compare.compare_main([base, new, "--verdict-json", str(out), "--force"]) == 0
     assert json.loads(out.read_text())["exit_code"] == 0
-    assert cli_compare.compare_main([base, new, "--json", str(tmp_path / "a.md"), "--markdown",
+    assert cli_compare.compare_main([base, new, "--verdict-json", str(tmp_path / "a.md"), "--markdown",
                                      str(tmp_path / "a.md")]) == 2
-    assert "also the file of --json" in capsys.readouterr().err
+    assert "also the file of --verdict-json" in capsys.readouterr().err
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "gone" / "summary.md"))
     assert cli_compare.compare_main([base, new]) == 2
     assert "$GITHUB_STEP_SUMMARY" in capsys.readouterr().err
@@ -129,11 +129,11 @@ def test_compare_checks_its_outputs_first_and_overwrites_only_with_force(tmp_pat
 def test_ab_refuses_its_json_path_before_any_worker_starts(tmp_path, capsys):
     target = tmp_path / "nodir" / "ab.json"
     t = time.monotonic()
-    assert cli_ab.ab_main(["--a", sys.executable, "--b", sys.executable, "--json", str(target)]) == 2
+    assert cli_ab.ab_main(["--a", sys.executable, "--b", sys.executable, "--verdict-json", str(target)]) == 2
     assert time.monotonic() - t < 5  # a worker start imports torch: this returned before one
-    assert f"--json {target}: the folder {target.parent} does not exist" in capsys.readouterr().err
+    assert f"--verdict-json {target}: the folder {target.parent} does not exist" in capsys.readouterr().err
     (tmp_path / "ab.json").write_text("earlier")
-    assert cli_ab.ab_main(["--a", sys.executable, "--b", sys.executable, "--json", str(tmp_path / "ab.json")]) == 2
+    assert cli_ab.ab_main(["--a", sys.executable, "--b", sys.executable, "--verdict-json", str(tmp_path / "ab.json")]) == 2
     assert "pass --force" in capsys.readouterr().err
 
 
@@ -223,7 +223,7 @@ def test_pytest_output_paths_are_refused_before_any_case_runs(bench, monkeypatch
                (["--benchmark-json", "baselines/cpu/approved.json"], "only 'fp4bench baseline approve' writes"),
                (["--fp4-verdict-json", "v.json", "--fp4-csv", "v.json"], "--fp4-csv v.json: also the file of")]
     for extra, message in refused:
-        res = bench.runpytest(*RUN, "--fp4-baseline", "base.json", *extra)
+        res = bench.runpytest(*RUN, "--fp4-baseline-file", "base.json", *extra)
         out = res.stdout.str() + res.stderr.str()
         assert res.ret == 4, (extra, out)
         assert message in out and "Traceback" not in out and "INTERNALERROR" not in out, (extra, out)
@@ -234,7 +234,7 @@ def test_pytest_output_paths_are_refused_before_any_case_runs(bench, monkeypatch
     res = bench.runpytest(*RUN, "--fp4-save-baseline", "cand.json", "--fp4-csv", "nodir/r.csv")
     assert res.ret == 4 and not (bench.path / "cand.json").exists()
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(bench.path / "gone" / "summary.md"))
-    res = bench.runpytest(*RUN, "--fp4-baseline", "base.json")
+    res = bench.runpytest(*RUN, "--fp4-baseline-file", "base.json")
     assert res.ret == 4 and "$GITHUB_STEP_SUMMARY" in res.stdout.str() + res.stderr.str()
 
 
@@ -254,7 +254,7 @@ def test_a_failed_final_write_keeps_every_finished_case_in_the_line_log(bench):
     bench.makeconftest("import shutil\n\ndef pytest_sessionfinish(session):\n    shutil.rmtree('out')\n")
     # the verdict itself is not the point: CPU wall-clock times on a shared machine move far more
     # than the GPU floor, and 3-sample cases are AMBIGUOUS; both allowed so the run would pass
-    res = bench.runpytest(*RUN, "--fp4-baseline", str(base), "--fp4-verdict-json", "out/v.json",
+    res = bench.runpytest(*RUN, "--fp4-baseline-file", str(base), "--fp4-verdict-json", "out/v.json",
                           "--fp4-log", "run.lines.jsonl", "--fp4-floor", "900", "--fp4-allow-ambiguous")
     out = res.stdout.str()
     assert "fp4bench: --fp4-verdict-json out/v.json: cannot write it: No such file or directory" in out

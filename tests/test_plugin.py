@@ -238,7 +238,7 @@ def test_save_baseline_with_the_users_benchmark_json_writes_both_as_json_data(be
 
 def test_unchanged_run_passes_the_gate(bench):
     _baseline(bench)
-    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json")
     out = res.stdout.str()
     assert res.ret == 0, out
     assert _outcomes(res) == {"passed": 2}
@@ -273,7 +273,7 @@ def _faster_baseline(data: dict, factor: float) -> dict:
 def test_regression_fails_the_test_by_name(bench, confirm):
     # a baseline 40 % faster: the unchanged code now looks 1/0.6 = 1.67x slower
     base = _write(bench, "fast.json", _faster_baseline(_baseline(bench), 0.6))
-    res = bench.runpytest(*GATE, "--fp4-baseline", base, *([] if confirm else ["--fp4-no-confirm"]))
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", base, *([] if confirm else ["--fp4-no-confirm"]))
     out = res.stdout.str()
     assert res.ret == 1
     assert _outcomes(res) == {"failed": 2}
@@ -286,7 +286,7 @@ def test_regression_fails_the_test_by_name(bench, confirm):
 def test_a_suspect_takes_further_windows_and_one_odd_window_never_fails(bench):
     _baseline(bench)
     STEADY.slow_first, STEADY.prepares = True, 0  # the first case's first window is 1.7x slow
-    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "--fp4-save-baseline", "now.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-save-baseline", "now.json")
     assert res.ret == 0, res.stdout.str()
     now = json.loads((bench.path / "now.json").read_text())
     first = GATE_IDS[0]
@@ -298,7 +298,7 @@ def test_a_suspect_takes_further_windows_and_one_odd_window_never_fails(bench):
     assert len(now["fp4bench"]["windows"][GATE_IDS[1]]) >= 3
     # without further windows the same suspect (+70 %, over twice the 20 % floor) fails
     STEADY.prepares = 0
-    res = bench.runpytest(*GATE, "--fp4-baseline", "base.json", "--fp4-no-confirm")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-no-confirm")
     assert res.ret == 1 and _outcomes(res) == {"passed": 1, "failed": 1}
     assert f"FAIL {first}: " in res.stdout.str()
 
@@ -310,7 +310,7 @@ def test_slowdown_wrapper_fails_only_the_slowed_benchmarks_under_their_own_names
     res = bench.runpytest(*both, "--fp4-save-baseline", "plain.json")
     assert res.ret == 0, res.stdout.str()
     monkeypatch.setenv("FP4BENCH_SLOWDOWN", "steady-spin=1.0")
-    res = bench.runpytest(*both, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-baseline", "plain.json",
+    res = bench.runpytest(*both, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-baseline-file", "plain.json",
                           "--fp4-save-baseline", "slowed.json")
     out = res.stdout.str()
     assert res.ret == 1 and _outcomes(res) == {"passed": 2, "failed": 2}, out
@@ -341,13 +341,13 @@ def test_missing_benchmark_fails_the_session_unless_allowed(bench):
     ghost["name"] = ghost["fullname"].split("::")[1]
     data["benchmarks"].append(ghost)
     _write(bench, "plus.json", data)
-    res = bench.runpytest(*GATE, "--fp4-baseline", "plus.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "plus.json")
     out = res.stdout.str()
     assert _outcomes(res) == {"passed": 2}  # every test passed ...
     assert res.ret == 3  # ... but the session is incomplete: a benchmark vanished
     assert "MISSING (1) — in the baseline, not measured now:" in out
     assert f"  {ghost['fullname']}" in out
-    res = bench.runpytest(*GATE, "--fp4-baseline", "plus.json", "--fp4-allow-missing")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "plus.json", "--fp4-allow-missing")
     assert res.ret == 0 and "MISSING (1)" in res.stdout.str()
 
 
@@ -356,7 +356,7 @@ def test_missing_benchmark_fails_the_session_unless_allowed(bench):
 
 def test_baseline_of_another_gpu_is_a_usage_error(bench):
     name = _write(bench, "h200.json", bench_json([bench_entry(GATE_IDS[0], [1e-3] * 10)], fingerprint=H200))
-    res = bench.runpytest(*GATE, "--fp4-baseline", name)
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", name)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     err = res.stderr.str()
     assert "fp4bench baseline: baseline is for NVIDIA H200 (nvidia-h200, compute capability 9.0)" in err
@@ -364,7 +364,7 @@ def test_baseline_of_another_gpu_is_a_usage_error(bench):
 
 
 def test_bad_baseline_file_is_a_usage_error(bench):
-    res = bench.runpytest(*GATE, "--fp4-baseline", "nope.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "nope.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "baseline file nope.json does not exist" in res.stderr.str()
 
@@ -475,7 +475,7 @@ def test_pytest_outcomes_and_the_final_table_agree_on_every_fail(bench):
             data["fp4bench"]["windows"][b["fullname"]] = [[x * 0.6 for x in w]
                                                           for w in data["fp4bench"]["windows"][b["fullname"]]]
     _write(bench, "fast3.json", data)
-    res = bench.runpytest(*both, "--fp4-baseline", "fast3.json")
+    res = bench.runpytest(*both, "--fp4-baseline-file", "fast3.json")
     out = res.stdout.str()
     table = out.split("fp4bench verdict vs fast3.json")[1]
     rows = [ln.split()[0] for ln in table.splitlines() if ln.split() and ln.split()[0] in ("PASS", "FAIL", "AMBIGUOUS")]

@@ -1,4 +1,4 @@
-"""``fp4bench report`` / ``shapes`` / ``compare --json --markdown`` and the machine-readable outputs."""
+"""``fp4bench report`` / ``shapes`` / ``compare --verdict-json --markdown`` and the machine-readable outputs."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_report_with_a_sweep_and_a_baseline_has_every_plot(tmp_path):
             b["stats"]["data"] = [x * 1.3 for x in b["stats"]["data"]]  # a 30% slowdown in one case
     now = write(tmp_path / "now.json", slow)
     out = tmp_path / "rep"
-    assert main(["report", str(now), "--baseline", str(base), "--out", str(out)]) == 0
+    assert main(["report", str(now), "--baseline-file", str(base), "--out", str(out)]) == 0
     names = {p.name for p in out.glob("*.png")}
     assert {"delta_vs_baseline.png", "throughput_vs_m.png", "roofline.png", "tactics_cutlass-tiles.png",
             "power_clock.png"} <= names
@@ -170,7 +170,7 @@ def test_compare_json_markdown_and_summary(tmp_path, capsys, monkeypatch):
     now = write(tmp_path / "now.json", now_raw)
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    rc = main(["compare", str(base), str(now), "--json", str(tmp_path / "v.json"), "--markdown", "-"])
+    rc = main(["compare", str(base), str(now), "--verdict-json", str(tmp_path / "v.json"), "--markdown", "-"])
     out = capsys.readouterr().out
     assert rc == 1
     assert out.startswith("### ❌ fp4bench: regression (exit 1)")
@@ -189,7 +189,7 @@ def test_results_csv_has_one_line_per_case(tmp_path):
 
 
 def test_shapes_glm5_batch_512(capsys):
-    assert main(["shapes", "--model", "glm-5", "--batch", "512", "--gpu", "b200"]) == 0
+    assert main(["shapes", "--models", "glm-5", "--batches", "512", "--gpu", "b200"]) == 0
     out = capsys.readouterr().out
     assert "B200: ridge point 1125 FLOP/B for nvfp4" in out  # 9000 TFLOP/s / 8 TB/s
     gate_up = next(line for line in out.splitlines() if " gate_up " in line and "shared" not in line)
@@ -197,4 +197,4 @@ def test_shapes_glm5_batch_512(capsys):
     # 512 tokens × top-8 = 4096 routed rows over 256 experts = 16 tokens per expert, N=2·I=4096, K=H=6144
     assert cols[:6] == ["512", "gate_up", "4096", "4096", "6144", "16.00"]
     assert 50 < float(cols[8]) < 60 and cols[9] == "bandwidth"  # ≈ 3.56·16 FLOP/B, far below the ridge
-    assert main(["shapes", "--model", "nope"]) == 2
+    assert main(["shapes", "--models", "nope"]) == 2

@@ -26,7 +26,7 @@ def test_short_and_reported_names(text, name):
 
 
 def test_shapes_prints_the_memory_type_of_the_gpu(capsys):
-    assert cli_shapes.shapes_main(["--gpu", "rtx-pro-6000", "--batch", "1"]) == 0
+    assert cli_shapes.shapes_main(["--gpu", "rtx-pro-6000", "--batches", "1"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("RTX PRO 6000 Blackwell: ridge point") and "GDDR7 1.792 TB/s" in first and "HBM" not in first
 
@@ -39,10 +39,10 @@ def test_unknown_gpu_is_a_usage_error_naming_the_known_ones(capsys):
 
 def test_default_is_the_detected_gpu(monkeypatch, capsys):
     monkeypatch.setattr(cli_shapes, "detected_gpu", lambda: "NVIDIA H200")
-    assert cli_shapes.shapes_main(["--batch", "1"]) == 0
+    assert cli_shapes.shapes_main(["--batches", "1"]) == 0
     assert capsys.readouterr().out.startswith("H200 SXM: ridge point n/a")
     monkeypatch.setattr(cli_shapes, "detected_gpu", lambda: None)
-    assert cli_shapes.shapes_main(["--batch", "1"]) == 0
+    assert cli_shapes.shapes_main(["--batches", "1"]) == 0
     assert capsys.readouterr().out.startswith("no GPU detected: no ridge point (give --gpu, one of h100, h200, b200")
 
 

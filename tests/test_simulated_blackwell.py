@@ -197,20 +197,22 @@ def sm100_baseline(tmp_path_factory) -> Path:
 # Timing is not what these three runs test (tiny CPU cases on a shared machine): the floor
 # (999 %) and alpha are set so that only identity verdicts can fail them.
 def test_unchanged_library_passes_its_own_baseline(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12")
     assert res.returncode == 0, res.stdout[-3000:]
     assert "kernel change" not in res.stdout
 
 
 def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12", library="dropped")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12",
+                        library="dropped")
     assert res.returncode == 1, res.stdout[-3000:]
     lost = [v for v in verdict_rows(res.stdout) if v.startswith("FAIL (lost tactic)")]
     assert any("t02" in v and "no tactic of flashinfer-cutlass runs it now" in v for v in lost), res.stdout[-3000:]
 
 
 def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12", library="reordered")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12",
+                        library="reordered")
     assert res.returncode == 0, res.stdout[-3000:]
     changed = [v for v in verdict_rows(res.stdout) if "now runs another kernel" in v]
     assert any("tactic t01 now runs another kernel" in ln and "now runs as tactic t02" in ln for ln in changed), \
@@ -240,7 +242,7 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
            "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}",
            "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
            "--batches", "1", "--tactics", "all", "--device", "cpu", "--replicates", "2", "--rounds", "3",
-           "--round-samples", "3", "--floor", "8", "--l2", "hot", "--json", str(out)]
+           "--round-samples", "3", "--floor", "8", "--l2", "hot", "--verdict-json", str(out)]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     return res, json.loads(out.read_text()) if out.exists() else {}
 

@@ -47,7 +47,7 @@ def main():
         os.makedirs(os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer", rec["flashinfer"]))
         return 0
     if argv[0] == "ab":
-        open(argv[argv.index("--json") + 1], "w").write("{}")
+        open(argv[argv.index("--verdict-json") + 1], "w").write("{}")
         print("fake ab verdict")
         return int(os.environ.get("FAKE_AB_RC", "0"))
     return 2

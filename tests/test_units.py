@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from fp4bench.cli.command import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from fp4bench.cli.units import units_main
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gpus.devices import Gpu
@@ -152,7 +152,7 @@ def _pins(host: Path) -> dict[int, str]:
 def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, capsys):
     out = host / "units.json"
     code = units_main(_cli("--plugin", "fp4bench.testing.slowdown", "--env", "FP4BENCH_SLOWDOWN=ab-spin=1",
-                           "--env", "FP4BENCH_SLOWDOWN_GPUS=GPU-fake-1", "--json", str(out)))
+                           "--env", "FP4BENCH_SLOWDOWN_GPUS=GPU-fake-1", "--verdict-json", str(out)))
     text = capsys.readouterr().out
     assert code == EXIT_REGRESSION, text
     js = json.loads(out.read_text())
@@ -178,7 +178,7 @@ def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, 
 def test_a_gpu_whose_worker_cannot_start_leaves_the_check_incomplete(host, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_DEAD_GPU", "GPU-fake-1")
     out = host / "units.json"
-    assert units_main(_cli("--windows", "2", "--max-windows", "2", "--json", str(out))) == EXIT_INCOMPLETE
+    assert units_main(_cli("--windows", "2", "--max-windows", "2", "--verdict-json", str(out))) == EXIT_INCOMPLETE
     text = " ".join(capsys.readouterr().out.split())
     units = {u["uuid"]: u for u in json.loads(out.read_text())["units"]}
     assert units["GPU-fake-1"]["state"] == "incomplete: its worker could not start (CRASH above)"
@@ -199,7 +199,7 @@ def test_one_gpu_has_nothing_to_compare(host, capsys, monkeypatch, tmp_path):
 
     monkeypatch.setattr(Worker, "start", lambda self: pytest.fail("a worker started"))
     out = tmp_path / "one.json"
-    assert units_main(_cli("--gpus", "1", "--json", str(out))) == EXIT_INCOMPLETE
+    assert units_main(_cli("--gpus", "1", "--verdict-json", str(out))) == EXIT_INCOMPLETE
     assert "1 GPU: GPU 1 (GPU-fake-1); nothing to compare a unit with → incomplete (exit 3)" in capsys.readouterr().out
     assert json.loads(out.read_text())["exit_code"] == 3
 

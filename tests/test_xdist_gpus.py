@@ -135,7 +135,7 @@ def test_a_usage_error_a_worker_meets_is_the_runs_one_line_usage_error(tmp_path)
     data["fp4bench"] = make_section(replace(H200, gpu_name="Fake GPU", gpu_slug="fake-gpu", compute_capability="0.0"),
                                     {}, {"l2": "cold", "timer": "cpu"}, clean=True)
     write(tmp_path / "cold.json", data)
-    res = bench(tmp_path, "-n", "2", "--fp4-baseline", "cold.json")
+    res = bench(tmp_path, "-n", "2", "--fp4-baseline-file", "cold.json")
     assert res.returncode == pytest.ExitCode.USAGE_ERROR, res.stdout[-2000:] + res.stderr[-2000:]
     errors = [line for line in res.stderr.splitlines() if line.startswith("ERROR:")]
     assert errors == ["ERROR: fp4bench baseline: the baseline was timed with l2='cold' but this run with l2='hot'; "

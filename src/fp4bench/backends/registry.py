@@ -20,7 +20,7 @@ from types import ModuleType
 
 from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend
-from fp4bench.options.registry import KINDS
+from fp4bench.options.values import KINDS
 
 _registry: dict[str, Backend] = {}
 _loaded_builtins = False

@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from fp4bench.cli.command import fail, fill, plain, run
+
 PROG = "fp4bench stack"
 #: PyPI's Linux torch wheel without a local version is a CUDA build; the other variants live here
 TORCH_INDEX = "https://download.pytorch.org/whl/"
@@ -107,23 +109,19 @@ def differences(pins: dict[str, str], dists: dict[str, str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fp4bench.options.registry import STACK, add_options, plain
-
     ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
                                  epilog="exit status: 0 written / same, 1 venv differs from the file (--check), "
                                         "2 usage error")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("freeze", help="write (or --check) the stack file of a runner's venv")
-    add_options(f.add_argument, STACK)
+    fill(sub.add_parser("freeze", help="write (or --check) the stack file of a runner's venv"), "stack freeze")
     return ap
 
 
 def stack_main(argv: Sequence[str] | None = None) -> int:
-    ap = build_parser()
-    try:
-        args = ap.parse_args(argv)
-    except SystemExit as e:
-        return 0 if e.code in (0, None) else 2
+    return run(build_parser(), argv, _freeze)
+
+
+def _freeze(args: argparse.Namespace) -> int:
     from fp4bench.run.worker.pool import interpreter
 
     try:
@@ -138,8 +136,7 @@ def stack_main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"{path}: no such stack file (write it with `fp4bench stack freeze`)")
             diff = differences(read_pins(path), dists)
     except ValueError as exc:
-        print(f"{PROG} freeze: {exc}", file=sys.stderr)
-        return 2
+        return fail(f"{PROG} freeze", exc, None)
     if args.check:
         if diff:
             print(f"{python} differs from {path} ({len(diff)} packages):")

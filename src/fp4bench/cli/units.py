@@ -15,8 +15,7 @@ import json
 import sys
 from typing import Sequence
 
-from fp4bench.cli.compare import EXIT_INCOMPLETE, EXIT_USAGE, _print_safely
-from fp4bench.options.registry import UNITS, UNITS_SWEEP, add_options, plain
+from fp4bench.cli.command import EXIT_INCOMPLETE, fail, parser, plain, print_safely, run
 from fp4bench.outputs import check_outputs, write_atomic
 
 PROG = "fp4bench units"
@@ -25,31 +24,27 @@ PINNED_DEVICES = (None, "cpu", "cuda", "cuda:0")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
-                                 epilog="exit status: 0 no unit flagged, 1 a unit flagged, 2 usage error, "
-                                        "3 incomplete (one GPU: nothing to compare)")
-    add_options(ap.add_argument, UNITS_SWEEP)
-    add_options(ap.add_argument, UNITS)
-    return ap
+    return parser("units", description=plain(__doc__.split("\n\n")[1]),
+                  epilog="exit status: 0 no unit flagged, 1 a unit flagged, 2 usage error, 3 incomplete (one GPU: "
+                         "nothing to compare)")
 
 
 def _nothing_to_compare(gpus, args) -> int:
     only = f"GPU {gpus[0].index} ({gpus[0].uuid})"
     summary = f"1 GPU: {only}; nothing to compare a unit with → incomplete (exit 3)"
     print(f"{PROG}: {summary}")
-    if args.json:
-        write_atomic(args.json, json.dumps({"units": [{"index": gpus[0].index, "uuid": gpus[0].uuid,
+    if args.verdict_json:
+        write_atomic(args.verdict_json, json.dumps({"units": [{"index": gpus[0].index, "uuid": gpus[0].uuid,
                                                         "name": gpus[0].name}], "benchmarks": [],
                                             "exit_code": EXIT_INCOMPLETE, "summary": summary}, indent=2) + "\n")
     return EXIT_INCOMPLETE
 
 
 def units_main(argv: Sequence[str] | None = None) -> int:
-    ap = build_parser()
-    try:
-        args = ap.parse_args(argv)
-    except SystemExit as e:
-        return 0 if e.code in (0, None) else EXIT_USAGE
+    return run(build_parser(), argv, _units)
+
+
+def _units(args: argparse.Namespace) -> int:
     from fp4bench.gate.rule import RuleSettings
     from fp4bench.gpus.devices import GpuListError, visible_gpus
     from fp4bench.gpus.select import one_model, select_gpus
@@ -61,7 +56,7 @@ def units_main(argv: Sequence[str] | None = None) -> int:
         return getattr(args, name.replace("-", "_"), None)
 
     try:
-        check_outputs({"--json": args.json}, (), args.force)
+        check_outputs({"--verdict-json": args.verdict_json}, (), args.force)
         sweep_options(given, {}, on_gpu=False)  # a bad value is a usage error before any worker starts
         if args.device not in PINNED_DEVICES:
             raise ValueError(f"--device {args.device}: each worker sees only its own GPU, as cuda:0 "
@@ -78,22 +73,20 @@ def units_main(argv: Sequence[str] | None = None) -> int:
         cfg = UnitsConfig(sweep=SweepOptions(), python=args.python or sys.executable, env=dict(args.env),
                           plugins=tuple(args.plugin), device=args.device, windows=args.windows,
                           max_windows=args.max_windows, window_samples=args.window_samples,
-                          time_budget_s=args.time_budget, timeout_s=args.case_timeout,
+                          time_budget_s=args.run_budget, timeout_s=args.case_timeout,
                           settings=RuleSettings(floor=args.floor / 100.0), cold_l2=args.l2 == "cold", seed=args.seed)
         if len(gpus) < 2:
             return _nothing_to_compare(gpus, args)
         runner = UnitRunner(gpus, cfg)
     except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc)
     try:
-        run = runner.run(lambda fp: sweep_options(given, {}, on_gpu=fp.get("gpu_name") != "cpu"))
+        measured = runner.run(lambda fp: sweep_options(given, {}, on_gpu=fp.get("gpu_name") != "cpu"))
     except (RuntimeError, ValueError) as exc:  # no worker could start or list: nothing to judge
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    result = judge(run, fail_on_ambiguous=args.fail_on_ambiguous)
-    _print_safely(report(run, result))
-    if args.json:
-        write_atomic(args.json, json.dumps(to_json(run, result), indent=2, default=str) + "\n")
-        print(f"verdicts written to {args.json}")
-    return outcome(run, result)[0]
+        return fail(PROG, exc)
+    result = judge(measured, fail_on_ambiguous=args.fail_on_ambiguous)
+    print_safely(report(measured, result))
+    if args.verdict_json:
+        write_atomic(args.verdict_json, json.dumps(to_json(measured, result), indent=2, default=str) + "\n")
+        print(f"verdicts written to {args.verdict_json}")
+    return outcome(measured, result)[0]

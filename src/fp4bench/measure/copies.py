@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from fp4bench.options.registry import MAX_COPIES, MEMORY_FRACTION, MIN_COPIES  # noqa: F401 (the rule's defaults)
+from fp4bench.options.values import MAX_COPIES, MEMORY_FRACTION, MIN_COPIES  # noqa: F401 (the rule's defaults)
 
 #: the rotation spans this many L2s for a cold L2
 L2_MULTIPLE = 3

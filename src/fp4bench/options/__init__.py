@@ -1,1 +1,3 @@
-"""Options every front end takes (``registry``) and settings that no longer apply (``deprecated``)."""
+"""Every option of every front end: defined once (``registry``, each an ``option.Option``), added
+to pytest's and each command's parser (``adapters``), parsed into checked values (``values``),
+listed in docs/options.md (``doc``); old spellings and settings warn once (``deprecated``)."""

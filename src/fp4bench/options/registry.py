@@ -1,347 +1,309 @@
-"""Options shared by the pytest plugin and the command line: one definition, two spellings.
+"""Every option of every fp4bench front end, defined once: the pytest plugin (``--fp4-<name>``)
+and each ``fp4bench`` command (``--<name>``) add theirs from here (``options.adapters``), and
+docs/options.md is generated from here (``python -m fp4bench.options.doc``).
 
-A setting both front ends take is defined once here (type, default, help) and added to pytest
-with the prefix ``fp4-`` and to a command's argparse parser without it: ``--fp4-floor`` and
-``fp4bench compare --floor`` are one option. The ``parse_*`` functions turn comma-separated text
-into values and raise ``ValueError`` that names the bad item; the argparse types (``percent``,
-``alpha``, ``positive_seconds``, ``int_list``) raise ``ArgumentTypeError`` for a one-line usage error.
+One name has one meaning: ``--min-samples`` is the fewest samples a case is timed for, the
+verdict's threshold is ``--verdict-min-samples``; ``--same-unit`` refuses a baseline of another
+GPU, ``power --assume-same-unit`` assumes the same GPU; ``--baseline-file`` is a file,
+``--baselines`` the folder of approved baselines; ``--time-budget`` is a case's sampling time,
+``--run-budget`` a whole run's; the verdict JSON is ``--verdict-json`` everywhere. Old spellings
+still parse and warn (``Option.old``).
+
+Defaults that another module owns are written here as numbers, so that ``--help`` imports
+nothing heavy, and checked against their owner in tests/test_options.py (``gate.policy.Policy``,
+``ab.defaults.AbDefaults``).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from pathlib import Path
+from typing import Any, Callable
 
-from fp4bench.models import MoEModel, get_model, list_models
+from fp4bench.options.option import COMMANDS, FRONT_ENDS, PYTEST, Option
+from fp4bench.options.values import (MEMORY_FRACTION, MIN_COPIES, alpha, at_least, copy_count, env_pair, int_list,
+                                     nonneg_seconds, percent, positive_seconds, seed, slowdowns)
 
-if TYPE_CHECKING:  # fp4bench.workload.decode imports torch: not before a command has parsed its arguments
-    from fp4bench.workload.decode import Routing
+__all__ = ["COMMANDS", "FRONT_ENDS", "OPTIONS", "PYTEST", "Option", "option", "options_of", "policy_kwargs"]
 
-#: the rotating-copy rule's defaults (``measure.copies``): placements every cold-L2 case averages
-#: at least (``--fp4-min-copies``), most copies a case gets, and the share of the GPU's total
-#: memory all copies of one case may take
-MIN_COPIES = 4
-MAX_COPIES = 16
-MEMORY_FRACTION = 0.40
+SWEEPS = (PYTEST, "ab", "units")  # the front ends that run a sweep
+GATES = (PYTEST, "compare", "ab")  # the front ends that judge with the gate's Policy
+AB = (PYTEST, "ab")  # the A/B upgrade gate: fp4bench ab, or pytest --fp4-ab-against
+WITH_AB = "with --fp4-ab-against: "
+DECODE = ("workload", "shapes")  # decode arithmetic: the sweep's models, batches, TP (and routing)
+GPUS_SYNTAX = ("all, or comma-separated GPU indices (positions among the visible GPUs, as CUDA numbers them) "
+               "or GPU UUIDs (a unique prefix is enough)")
+#: the GPU names ``measure.peaks.gpu_by_name`` knows (tests/test_options.py checks)
+KNOWN_GPUS = "h100, h200, b200, gb200, b300, gb300, rtx-pro-6000, rtx-5090"
+DISPATCH_POLICIES = ("report", "fail")
 
-KINDS = ("dense", "grouped", "moe", "quant")  # quant: opt-in activation-quantizer rows
+OPTIONS: tuple[Option, ...] = (
+    # --- what to measure; None defaults mean "not given": a gated pytest run takes the
+    # --- baseline's value then (``run.sweep.sweep_options``), else the default named in the help
+    Option("models", "comma-separated models, or all (default glm-5)", (*SWEEPS, *DECODE),
+           per_front={f: {"default": "glm-5"} for f in DECODE}, old={f: "model" for f in DECODE}),
+    Option("batches", "decode batch sizes (default 1,64,512 on a GPU, 1,16 on a CPU)", (*SWEEPS, *DECODE),
+           per_front={"units": {"default": "1,64,512", "help": "decode batch sizes (default %(default)s: batch 1 and "
+                                "64 memory-bound, the dense rows of 512 compute-bound on an H200)"},
+                      "workload": {"default": "512,1024", "help": "decode batch sizes, comma-separated (default %(default)s)"},
+                      "shapes": {"default": "512", "help": "decode batch sizes, comma-separated (default %(default)s)"}},
+           old={f: "batch" for f in DECODE}),
+    Option("tp", "tensor-parallel sizes, comma-separated (default 1)", (*SWEEPS, *DECODE),
+           per_front={f: {"default": "1"} for f in DECODE}),
+    Option("routing", "routings: uniform, zipf:<s> (comma-separated; default uniform)", (*SWEEPS, "shapes"),
+           per_front={"shapes": {"default": "uniform"}}),
+    Option("kinds", "problem kinds to run (default dense,grouped,moe; add quant for the activation quantizers)", SWEEPS,
+           per_front={"units": {"default": "dense,grouped", "help": "problem kinds (default %(default)s)"}}),
+    Option("backends", "comma-separated backend names (default: all)", (*SWEEPS, "prepare"),
+           per_front={"units": {"default": "torch-bf16,torch-fp8",
+                                "help": "comma-separated backend names (default %(default)s)"},
+                      "prepare": {"help": "only the modules of these backends (comma-separated; default: every "
+                                          "FlashInfer backend)"}}),
+    Option("full", "every tactic and the dense M sweep 1..16384", SWEEPS, action="store_true"),
+    Option("tactics", "default: one tactic per backend (quick); all: every tile config / tactic", SWEEPS,
+           choices=("default", "all")),
+    Option("seed", "seed of the operands and the routing (default %(default)d)", SWEEPS, type=seed, default=0),
+    Option("device", "torch device (default cuda:0 if present, else cpu)", (*SWEEPS, "env", "fidelity", "prepare"),
+           per_front={"fidelity": {"default": "cuda:0", "help": "CUDA device (default %(default)s)"},
+                      "prepare": {"default": "cuda:0", "help": "CUDA device to build for (default %(default)s)"}}),
+    Option("plugin", "import a module defining BACKENDS (repeatable)", (*SWEEPS, "env"), action="append", default=[]),
+    Option("l2", "L2 state while timing (default cold)", SWEEPS, choices=("cold", "hot"), default="cold"),
+    Option("min-copies", "cold L2 on a GPU: every case rotates over at least this many operand copies, each "
+           f"its own allocation, so its time averages over buffer placements (within {MEMORY_FRACTION * 100:.0f}%% of "
+           "the GPU's total memory; recorded with the run; default %(default)d)", SWEEPS, type=copy_count,
+           default=MIN_COPIES),
+    # --- how one case is timed (pytest)
+    Option("time-budget", "seconds of sampling per case (default 1 on a GPU, 0.3 on a CPU)", (PYTEST,), type=float),
+    Option("target-ci", "stop sampling once the 95%% CI of the median is this narrow, relative (default %(default)g)",
+           (PYTEST,), type=float, default=0.005),
+    Option("min-samples", "fewest samples the timer takes per case (default %(default)d)", (PYTEST,), type=int,
+           default=10),
+    Option("energy-window", "seconds of extra replay per case to measure joules per GEMM via NVML (default "
+           "%(default)g: off)", (PYTEST,), type=nonneg_seconds, default=0.0),
+    # --- baselines
+    Option("baselines", "baseline root folder (default %(default)s)", (PYTEST, "baseline approve"),
+           default="baselines"),
+    Option("baseline-file", "a baseline file to gate against (default: with --benchmark-compare, "
+           "baselines/<gpu>/approved.json)", (PYTEST, "report"),
+           per_front={"report": {"help": "a baseline file: adds the verdict and the Δ%% plot (default: none)"}},
+           old={PYTEST: "baseline", "report": "baseline"}),
+    Option("save-baseline", "write this run as a candidate baseline (default path "
+           "baselines/<gpu>/candidates/<UTC>.json)", (PYTEST,), nargs="?", const="auto"),
+    Option("same-unit", "refuse a baseline recorded on another physical GPU (driver-upgrade sequence)", (PYTEST,),
+           action="store_true", default=False),
+    Option("assume-same-unit", "A and B come from one GPU though their fingerprints lack a UUID: keep the drift "
+           "allowance", ("power",), action="store_true", default=False, old={"power": "same-unit"}),
+    # --- how the gate decides; the defaults are gate.policy.Policy's (tests/test_options.py checks)
+    Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", (*GATES, "power", "units"),
+           type=percent, default=5.0,
+           per_front={"ab": {"default": 3.0},  # two stacks side by side resolve less than runs minutes apart
+                      "units": {"default": 10.0, "help": "smallest slowdown of a unit against its siblings that "
+                                "must fail, in %% (default %(default)g: its guard band, half of it, stays above "
+                                "4.2 %%, the largest offset of one kernel measured between H200 machines)"}}),
+    Option("drift", "deprecated, no longer applied: the spread between windows comes from the windows (default: "
+           "unset)", (PYTEST, "compare", "power"), type=percent),
+    Option("alpha", "deprecated, no longer applied: the rule's bounds are gate.rule.RuleSettings.confidence "
+           "(default: unset)", (PYTEST, "compare", "power"), type=alpha),
+    Option("allow-missing", "benchmarks of the baseline that were not measured do not fail the gate", GATES,
+           action="store_true"),
+    Option("allow-ambiguous", "INVALID verdicts and too-few-samples benchmarks do not fail the gate (they do by "
+           "default)", GATES, action="store_true"),
+    Option("fail-on-ambiguous", "every AMBIGUOUS verdict fails the gate too", (*GATES, "units"), action="store_true",
+           per_front={"units": {"help": "a unit with an AMBIGUOUS benchmark is flagged too"}}),
+    Option("noise-k", "deprecated, no longer applied: noise widens each benchmark's interval (default %(default)g)",
+           ("compare",), type=float, default=2.0),
+    Option("verdict-min-samples", "fewer samples on either side => AMBIGUOUS (default %(default)d)", ("compare",),
+           type=int, default=5, old={"compare": "min-samples"}),
+    Option("dispatch", "kernel-set change: report it or fail (default %(default)s)", ("compare",),
+           choices=DISPATCH_POLICIES, default="report"),
+    # --- independent windows
+    Option("no-confirm", "judge the first window only (no further window for an undecided benchmark)", (PYTEST,),
+           action="store_true", default=False),
+    Option("windows", "independent windows per case, taken in interleaved passes over the sweep (default 3 with "
+           "--fp4-save-baseline, else 1)", (PYTEST, "units"), type=int,
+           per_front={"units": {"type": at_least(2), "default": 3, "help": "independent windows per benchmark and "
+                                "unit, each in fresh device memory with its own capture (default %(default)d)"}}),
+    Option("max-windows", "most windows an undecided benchmark takes in its test (default %(default)s)",
+           (PYTEST, "units"), type=int, default=4,
+           per_front={"units": {"type": at_least(2), "default": 6, "help": "windows a benchmark still undecided for "
+                                "some unit may grow to (default %(default)d)"}}),
+    Option("window-samples", "timed samples per window (default %(default)d)", ("units",), type=at_least(3),
+           default=10),
+    Option("window-budget", "seconds a run may spend on windows undecided benchmarks ask for (default %(default)s)",
+           (PYTEST,), type=float, default=120.0),
+    # --- worker processes
+    Option("isolate", "run each case in a worker process: a crash, hang or poisoned CUDA context costs one case",
+           (PYTEST,), action="store_true", default=False),
+    Option("case-timeout", "seconds before a worker's request is a hang (default %(default)g)", (PYTEST, "ab", "units"),
+           type=positive_seconds, default=900.0,
+           per_front={PYTEST: {"help": "with --fp4-isolate: seconds a case may take (JIT build included) before it "
+                                       "is a hang (default %(default)g)"}}),
+    Option("python", "the interpreter or venv to use (default: the one running fp4bench)",
+           (PYTEST, "units", "stack freeze"),
+           per_front={PYTEST: {"help": "with --fp4-isolate: the worker's interpreter or venv (default: this one)"},
+                      "units": {"help": "interpreter or venv whose stack every unit runs (default: the one running "
+                                        "fp4bench)"},
+                      "stack freeze": {"help": "the venv (directory) or interpreter whose packages are frozen or "
+                                               "checked (default: the one running fp4bench)"}}),
+    # --- the A/B upgrade gate
+    Option("ab-against", "judge this environment (B, the candidate) against another one (A, the current stack: a "
+           "python or a venv) on this GPU, interleaved; the selected cases become one A/B test. Write it as "
+           "--fp4-ab-against=PATH: pytest picks its rootdir from path-like arguments (default: no A/B)", (PYTEST,),
+           metavar="PYTHON_OR_VENV"),
+    Option("a", "current stack: python interpreter or venv directory", ("ab",), required=True),
+    Option("b", "candidate stack: python interpreter or venv directory", ("ab",), required=True),
+    Option("a-env", "environment variable only side A gets (repeatable)", AB, type=env_pair, action="append",
+           default=[], metavar="KEY=VALUE",
+           per_front={PYTEST: {"help": WITH_AB + "an environment variable for side A's workers only (repeatable)"}},
+           old={PYTEST: "ab-env"}),
+    Option("b-env", "environment variable only side B gets (repeatable)", ("ab",), type=env_pair, action="append",
+           default=[], metavar="KEY=VALUE"),
+    Option("a-plugin", "backend module only side A loads (repeatable; --plugin loads one on both sides)", ("ab",),
+           action="append", default=[], metavar="MODULE"),
+    Option("b-plugin", "backend module only side B loads, e.g. fp4bench.testing.slowdown with --b-env "
+           "FP4BENCH_SLOWDOWN=torch-bf16=0.05 to test the gate", ("ab",), action="append", default=[],
+           metavar="MODULE"),
+    Option("replicates", "worker processes per side, each an independent replicate (default %(default)d)", AB,
+           type=at_least(2), default=3, per_front={PYTEST: {"help": WITH_AB + "worker processes per side, each an "
+                                                                     "independent replicate (default %(default)d)"}},
+           old={PYTEST: "ab-replicates"}),
+    Option("rounds", "timing rounds every benchmark gets, each visiting every process (default %(default)d)", AB,
+           type=at_least(2), default=6, per_front={PYTEST: {"help": WITH_AB + "timing rounds every benchmark gets, "
+                                                                     "each visiting every process (default %(default)d)"}},
+           old={PYTEST: "ab-rounds"}),
+    Option("max-rounds", "rounds an undecided benchmark may grow to (default %(default)d)", ("ab",), type=at_least(2),
+           default=16),
+    Option("max-resident", "at most this many processes hold one benchmark at once; beyond it the process pairs take "
+           "turns (default: as many as the GPU's free memory holds, read at the first capture)", AB, type=at_least(2),
+           per_front={PYTEST: {"help": WITH_AB + "at most this many processes hold one benchmark at once; beyond it "
+                                      "the process pairs take turns (default: as many as the GPU's free memory holds)"}},
+           old={PYTEST: "ab-max-resident"}),
+    Option("placement", "process: one placement set per process and benchmark (each capture already rotates over "
+           "--min-copies operand copies, each its own allocation); round: also every round after a process's first in "
+           "fresh device memory, ~0.3-0.7 s more a round and process (default %(default)s)", ("ab",),
+           choices=("round", "process"), default="process"),
+    Option("round-samples", "samples per process and round, at most: a benchmark whose replay is longer than 0.25 s / "
+           "this takes fewer, at least 3, the same on both sides (default %(default)d)", AB, type=at_least(3),
+           default=10, per_front={PYTEST: {"help": WITH_AB + "samples per process and round, at most (default "
+                                                   "%(default)d)"}},
+           old={PYTEST: "ab-round-samples"}),
+    Option("round-timing", "what a sample of a round times: span: the graph replay's event span per call, profiler "
+           "kept out of the rounds (default); cupti: kernel busy time, every round profiled (slower)", ("ab",),
+           choices=("span", "cupti"), default="span", old={"ab": "timer"}),
+    Option("run-budget", "seconds for the whole run: undecided benchmarks get further rounds or windows only while "
+           "the run fits in it (default %(default)g)", (PYTEST, "ab", "units"), type=positive_seconds, default=600.0,
+           per_front={PYTEST: {"help": WITH_AB + "seconds for the whole A/B run; undecided benchmarks get more rounds "
+                                      "only while it fits (default %(default)g)"}},
+           old={PYTEST: "ab-time-budget", "ab": "time-budget", "units": "time-budget"}),
+    Option("benchmark-budget", "seconds of added measurement one benchmark may take (default %(default)g)", ("ab",),
+           type=positive_seconds, default=30.0),
+    # --- the GPUs of the host a command spreads over (fp4bench.gpus.select)
+    Option("gpus", f"GPUs of this host to run on: {GPUS_SYNTAX}", ("ab", "units"),
+           per_front={"ab": {"help": f"GPUs to spread the benchmarks over: {GPUS_SYNTAX}; each benchmark runs on one "
+                                     "of them, its A and B workers pinned to that GPU by UUID (default: one GPU, the "
+                                     "one --device names, as without this option)"},
+                      "units": {"default": "all", "help": f"GPUs to compare: {GPUS_SYNTAX} (default %(default)s)"}}),
+    Option("env", "KEY=VALUE: an environment variable every worker gets (repeatable; default: none)", ("units",),
+           type=env_pair, action="append", default=[]),
+    # --- what a front end writes
+    Option("log", "write every finished case to this JSON-lines file as it finishes (default with "
+           "--fp4-save-baseline: next to the JSON, *.lines.jsonl); an existing file is refused unless --fp4-force",
+           (PYTEST,)),
+    Option("verdict-json", "write the verdict as JSON here (checked before the run; default: not written)",
+           (PYTEST, "compare", "ab", "units"), metavar="PATH",
+           per_front={"compare": {"help": "also write the verdict as JSON ('-': print it instead of the table; "
+                                          "default: not written)"}},
+           old={"compare": "json", "ab": "json", "units": "json"}),
+    Option("markdown", "also write a markdown verdict, FAIL/MISSING first ('-': print it instead of the table); with "
+           "$GITHUB_STEP_SUMMARY set it is appended there in any case; default: not written", ("compare",),
+           metavar="PATH"),
+    Option("csv", "write one CSV line per measured case (default: not written)", (PYTEST,), metavar="PATH"),
+    Option("rows-json", "write the rows to this file (checked before the run; default: not written)", ("fidelity",),
+           type=Path, old={"fidelity": "json"}),
+    Option("out", "where the command writes (default: see the command)", ("baseline migrate", "report"),
+           per_front={"baseline migrate": {"help": "write here (default: rewrite FILE in place; never an "
+                                                   "approved.json: use 'baseline approve')"},
+                      "report": {"help": "output folder (created; its parent must exist)", "required": True}}),
+    Option("force", "do what a safety check refuses: replace an existing output file (never one the command reads)",
+           (PYTEST, "compare", "fidelity", "ab", "units", "report", "baseline approve", "baseline migrate"),
+           action="store_true", default=False,
+           per_front={PYTEST: {"help": "let --fp4-verdict-json, --fp4-csv and --fp4-log replace existing files "
+                                       "(never a file this run reads)"},
+                      "compare": {"help": "overwrite an existing --verdict-json / --markdown file (never one of the "
+                                          "files compared)"},
+                      "fidelity": {"help": "overwrite an existing --rows-json file"},
+                      "ab": {"help": "overwrite an existing --verdict-json file"},
+                      "units": {"help": "overwrite an existing --verdict-json file"},
+                      "report": {"help": "overwrite a report.md already in --out"},
+                      "baseline approve": {"help": "approve even a run with failures/regressions, fewer benchmarks "
+                                                   "than the approved baseline, or another L2 mode/timer (never a "
+                                                   "run of test-only backends)"},
+                      "baseline migrate": {"help": "overwrite an existing --out file"}}),
+    Option("title", "report title (default: fp4bench report)", ("report",)),
+    Option("progress", "print 'N/M cases, elapsed, ETA' at most every SECONDS (default 30; 0: never)", (PYTEST,),
+           type=float, default=30.0, metavar="SECONDS"),
+    Option("benchmark-table", "also list fp4bench's cases in pytest-benchmark's own table (left out by default: "
+           "fp4bench prints its own results table of the same samples)", (PYTEST,), action="store_true",
+           default=False),
+    # --- one command's own
+    Option("slowdowns", "slowdowns to apply to B, in %%, comma-separated (default %(default)s)", ("power",),
+           type=slowdowns, default="0,3,4,5,6"),
+    Option("ms", "GEMM M values (default %(default)s)", ("fidelity",), type=int_list,
+           default="1,16,64,256,1024,4096,16384"),
+    Option("n", "GEMM N (default: GLM-5 gate_up, 2 x 2048)", ("fidelity",), type=int, default=4096),
+    Option("k", "GEMM K (default: GLM-5 hidden size)", ("fidelity",), type=int, default=6144),
+    Option("budget", "seconds per timed / interleaved window (default %(default)g)", ("fidelity",),
+           type=positive_seconds, default=1.0),
+    Option("tolerance", "allowed |graph/eager - 1|, in %% (default %(default)g)", ("fidelity",), type=percent,
+           default=2.0),
+    Option("format", "operand format (default: the model's FP4 format)", ("shapes",)),
+    Option("gpu", f"GPU for the ridge point: {KNOWN_GPUS}, or the name nvidia-smi shows (default: the detected GPU; "
+           "none detected: no ridge point)", ("shapes",)),
+    Option("runner", "runner name: the stack file is <stack-dir>/<runner>.txt (no default: required unless --file)",
+           ("stack freeze",)),
+    Option("file", "the stack file itself (default: <stack-dir>/<runner>.txt)", ("stack freeze",)),
+    Option("stack-dir", "folder of the committed stack files (default %(default)s)", ("stack freeze",),
+           default="stack"),
+    Option("check", "only check, change nothing: exit 1 when something is missing or differs",
+           ("prepare", "stack freeze"), action="store_true", default=False,
+           per_front={"prepare": {"help": "only report; exit 1 when a module is missing"},
+                      "stack freeze": {"help": "compare the venv with the stack file instead of writing it (exit 1 "
+                                               "when they differ)"}}),
+)
 
-# --------------------------------------------------------------------------------------------
-# values
 
-
-def split_list(text: str, what: str) -> list[str]:
-    """``"a, b"`` -> ``["a", "b"]``; an empty list or an empty item is an error naming ``what``."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{what}: expected a comma-separated list, got {text!r}")
-    items = [t.strip() for t in text.split(",")]
-    if any(not t for t in items):
-        raise ValueError(f"{what}: empty item in {text!r}")
-    return items
-
-
-def parse_models(text: str, what: str = "models") -> tuple[MoEModel, ...]:
-    """"glm-5,deepseek-v3" -> models (aliases allowed, duplicates removed, "all" = every model)."""
-    items = split_list(text, what)
-    if items == ["all"]:
-        return tuple(get_model(n) for n in list_models())
-    out: list[MoEModel] = []
-    for item in items:
-        m = get_model(item)  # ValueError names the unknown model and the known ones
-        if m not in out:
-            out.append(m)
-    return tuple(out)
-
-
-def parse_ints(text: str, what: str = "batch") -> tuple[int, ...]:
-    """"1,16,512" -> (1, 16, 512); every value a positive integer (``what`` names it in errors)."""
-    out: list[int] = []
-    for item in split_list(text, what):
-        try:
-            v = int(item)
-        except ValueError:
-            raise ValueError(f"{what}: {item!r} in {text!r} is not an integer") from None
-        if v <= 0:
-            raise ValueError(f"{what}: values must be positive, got {v} in {text!r}")
-        if v not in out:
-            out.append(v)
-    return tuple(out)
-
-
-#: the largest decode batch a sweep or ``fp4bench shapes``/``workload`` takes: its routing draws a
-#: batch x experts score matrix (64 MiB at 65536 x 256 experts)
-MAX_BATCH = 65536
-
-
-def parse_batches(text: str, what: str = "batch") -> tuple[int, ...]:
-    """Decode batch sizes: ``parse_ints``, each in 1..``MAX_BATCH``."""
-    out = parse_ints(text, what)
-    big = [b for b in out if b > MAX_BATCH]
-    if big:
-        raise ValueError(f"{what}: batch sizes must be in 1..{MAX_BATCH}, got {big[0]} in {text!r}")
+def _by_name(options: tuple[Option, ...]) -> dict[str, Option]:
+    out: dict[str, Option] = {}
+    for o in options:
+        if o.name in out:
+            raise ValueError(f"option {o.name!r} is defined twice: one name has one meaning")
+        out[o.name] = o
+    for o in options:
+        for front, old in o.old.items():
+            if old in out and front in out[old].fronts:
+                raise ValueError(f"{front}: the deprecated --{old} of --{o.name} is also a current option there")
     return out
 
 
-def parse_tps(text: str, models: Iterable[MoEModel] = (), what: str = "tp") -> tuple[int, ...]:
-    """TP sizes, each checked to divide every given model's intermediate sizes."""
-    tps = parse_ints(text, what)
-    for m in models:
-        for tp in tps:
-            m.check_tp(tp)
-    return tps
+BY_NAME = _by_name(OPTIONS)
 
 
-def parse_routings(text: str, what: str = "routing") -> tuple[Routing, ...]:
-    """"uniform,zipf:1.2" -> routings."""
-    from fp4bench.workload.decode import parse_routing
-
-    out: list[Routing] = []
-    for item in split_list(text, what):
-        r = parse_routing(item)
-        if r not in out:
-            out.append(r)
-    return tuple(out)
-
-
-def parse_kinds(text: str, what: str = "kinds") -> tuple[str, ...]:
-    """"dense,moe" -> problem kinds, each one of ``KINDS``."""
-    kinds = tuple(split_list(text, what))
-    bad = [k for k in kinds if k not in KINDS]
-    if bad:
-        raise ValueError(f"{what}: unknown kind(s) {bad}; use {', '.join(KINDS)}")
-    return kinds
-
-
-# --------------------------------------------------------------------------------------------
-# argparse types
-
-
-def plain(doc: str) -> str:
-    """A docstring as terminal help text: RST ``literal`` markup becomes the bare literal."""
-    return doc.replace("``", "")
-
-
-def _number(text: str, example: str) -> float:
+def option(name: str) -> Option:
+    """The option called ``name``; ``KeyError`` naming the known ones."""
     try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {example}, got {text!r}") from None
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no option {name!r}; known: {', '.join(BY_NAME)}") from None
 
 
-def percent(text: str) -> float:
-    """A percentage in [0, 1000), e.g. ``5`` or ``2.5``."""
-    v = _number(text, "a percentage like 5 or 2.5")
-    if not (0 <= v < 1000):
-        raise argparse.ArgumentTypeError(f"percentage must be in [0, 1000), got {v:g}")
-    return v
+def options_of(front: str) -> tuple[Option, ...]:
+    """The options ``front`` takes, as it takes them, in the registry's order."""
+    if front not in FRONT_ENDS:
+        raise ValueError(f"unknown front end {front!r}; known: {', '.join(FRONT_ENDS)}")
+    return tuple(o.on(front) for o in OPTIONS if front in o.fronts)
 
 
-def alpha(text: str) -> float:
-    """A significance level in (0, 1)."""
-    v = _number(text, "a significance level like 0.05")
-    if not (0 < v < 1):
-        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1 (exclusive), got {v:g}")
-    return v
-
-
-def positive_seconds(text: str) -> float:
-    """A duration > 0 seconds."""
-    v = _number(text, "seconds like 0.5")
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {v:g}")
-    return v
-
-
-def nonneg_seconds(text: str) -> float:
-    """A finite duration >= 0 seconds (0: off)."""
-    v = _number(text, "seconds like 2.5")
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {v:g}")
-    return v
-
-
-#: the seeds torch.Generator.manual_seed and numpy take alike
-MAX_SEED = 2 ** 63 - 1
-
-
-def seed(text: str) -> int:
-    """An integer seed in 0..``MAX_SEED``."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-    if not 0 <= v <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"seed must be in 0..2**63-1, got {text if len(text) <= 30 else text[:27] + '...'}")
-    return v
-
-
-def int_in(lo: int, hi: int | None = None, what: str = "an integer") -> Callable[[str], int]:
-    """An argparse type: an integer in ``lo..hi`` (no upper bound when ``hi`` is None)."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if hi is None else f"must be in {lo}..{hi}, got {v}")
-        return v
-    return parse
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``."""
-    return int_in(minimum)
-
-
-#: a number of rotating operand copies, 1..``MAX_COPIES`` (``measure.copies``)
-copy_count = int_in(1, MAX_COPIES, "a whole number of copies")
-
-
-def env_pair(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` as an argparse type."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """``parse_ints`` as an argparse type."""
-    try:
-        return parse_ints(text, "values")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-# --------------------------------------------------------------------------------------------
-# definitions
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option both front ends take: ``--fp4-<name>`` in pytest, ``--<name>`` on the command line."""
-
-    name: str
-    help: str
-    type: Callable[[str], Any] | None = None
-    default: Any = None
-    action: str | None = None
-    choices: tuple[str, ...] | None = None
-
-    def add(self, add_argument: Callable[..., Any], prefix: str = "") -> None:
-        """``add_argument`` is argparse's ``add_argument`` or a pytest option group's ``addoption``."""
-        kwargs = {k: v for k, v in (("type", self.type), ("action", self.action), ("choices", self.choices))
-                  if v is not None}
-        add_argument(f"--{prefix}{self.name}", default=self.default, help=self.help, **kwargs)
-
-
-def add_options(add_argument: Callable[..., Any], options: Iterable[Option], prefix: str = "") -> None:
-    for o in options:
-        o.add(add_argument, prefix)
-
-
-#: what to measure; ``None`` defaults mean "not given": a gated pytest run takes the baseline's
-#: value then (``sweep.sweep_options``), else the default named in the help
-SWEEP = (
-    Option("models", "comma-separated models, or all (default glm-5)"),
-    Option("batches", "decode batch sizes (default 1,64,512 on a GPU, 1,16 on a CPU)"),
-    Option("tp", "tensor-parallel sizes (default 1)"),
-    Option("routing", "routings: uniform, zipf:<s> (comma-separated; default uniform)"),
-    Option("kinds", "problem kinds to run (default dense,grouped,moe; add quant for the activation quantizers)"),
-    Option("backends", "comma-separated backend names (default: all)"),
-    Option("full", "every tactic and the dense M sweep 1..16384", action="store_true"),
-    Option("tactics", "default: one tactic per backend (quick); all: every tile config / tactic",
-           choices=("default", "all")),
-    Option("seed", "seed of the operands and the routing (default %(default)d)", type=seed, default=0),
-    Option("device", "torch device (default cuda:0 if present, else cpu)"),
-    Option("plugin", "import a module defining BACKENDS (repeatable)", action="append", default=[]),
-    Option("l2", "L2 state while timing (default cold)", choices=("cold", "hot"), default="cold"),
-    Option("min-copies", "cold L2 on a GPU: every case rotates over at least this many operand copies, each "
-           f"its own allocation, so its time averages over buffer placements (within {MEMORY_FRACTION * 100:.0f}%% of "
-           "the GPU's total memory; recorded with the run; default %(default)d)", type=copy_count,
-           default=MIN_COPIES),
-)
-
-#: how the gate decides; the defaults are ``gate.policy.Policy``'s (tests/test_options.py checks)
-GATE = (
-    Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", type=percent, default=5.0),
-    Option("drift", "deprecated, no longer applied: the spread between windows comes from the windows (default: unset)",
-           type=percent, default=None),
-    Option("alpha", "deprecated, no longer applied: the rule's bounds are gate.rule.RuleSettings.confidence (default: unset)",
-           type=alpha, default=None),
-    Option("allow-missing", "benchmarks of the baseline that were not measured do not fail the gate",
-           action="store_true"),
-    Option("allow-ambiguous", "INVALID verdicts and too-few-samples benchmarks do not fail the gate "
-           "(they do by default)", action="store_true"),
-    Option("fail-on-ambiguous", "every AMBIGUOUS verdict fails the gate too", action="store_true"),
-)
-FLOOR_DRIFT_ALPHA = GATE[:3]
-
-#: the rest of ``gate.policy.Policy`` that ``fp4bench compare`` takes (defaults checked against it in
-#: tests/test_options.py; defined here so that ``--help`` needs no numpy/scipy)
-DISPATCH_POLICIES = ("report", "fail")
-COMPARE = (
-    Option("noise-k", "deprecated, no longer applied: noise widens each benchmark's interval (default %(default)g)", type=float,
-           default=2.0),
-    Option("min-samples", "fewer samples on either side => AMBIGUOUS (default %(default)d)", type=int, default=5),
-    Option("dispatch", "kernel-set change: report it or fail (default %(default)s)", choices=DISPATCH_POLICIES,
-           default="report"),
-)
-
-BASELINES = Option("baselines", "baseline root folder (default %(default)s)", default="baselines")
-
-#: the GPUs of the host a command spreads over (``fp4bench.gpus.select``): the syntax, then each
-#: command's option with its own default
-GPUS_SYNTAX = ("all, or comma-separated GPU indices (positions among the visible GPUs, as CUDA numbers them) "
-               "or GPU UUIDs (a unique prefix is enough)")
-AB_GPUS = Option("gpus", f"GPUs to spread the benchmarks over: {GPUS_SYNTAX}; each benchmark runs on one of "
-                 "them, its A and B workers pinned to that GPU by UUID (default: one GPU, the one --device "
-                 "names, as without this option)")
-
-#: ``fp4bench units``: what every unit measures (the sweep options with the check's own defaults:
-#: memory-bound and compute-bound rows of the default model) and how
-UNITS_SWEEP = tuple(
-    {"batches": Option("batches", "decode batch sizes (default %(default)s: batch 1 and 64 memory-bound, the dense "
-                                  "rows of 512 compute-bound on an H200)", default="1,64,512"),
-     "kinds": Option("kinds", "problem kinds (default %(default)s)", default="dense,grouped"),
-     "backends": Option("backends", "comma-separated backend names (default %(default)s)",
-                        default="torch-bf16,torch-fp8")}.get(o.name, o) for o in SWEEP)
-UNITS = (
-    Option("gpus", f"GPUs to compare: {GPUS_SYNTAX} (default %(default)s)", default="all"),
-    Option("python", "interpreter or venv whose stack every unit runs (default: the one running fp4bench)"),
-    Option("windows", "independent windows per benchmark and unit, each in fresh device memory with its own "
-           "capture (default %(default)d)", type=at_least(2), default=3),
-    Option("max-windows", "windows a benchmark still undecided for some unit may grow to (default %(default)d)",
-           type=at_least(2), default=6),
-    Option("window-samples", "timed samples per window (default %(default)d)", type=at_least(3), default=10),
-    Option("time-budget", "seconds for the whole check: further windows are taken only within it (default "
-           "%(default)g)", type=positive_seconds, default=600.0),
-    Option("case-timeout", "seconds before a request is a hang (default %(default)g)", type=positive_seconds,
-           default=900.0),
-    Option("floor", "smallest slowdown of a unit against its siblings that must fail, in %% (default %(default)g: "
-           "its guard band, half of it, stays above 4.2 %%, the largest offset of one kernel measured between H200 "
-           "machines)", type=percent, default=10.0),
-    Option("fail-on-ambiguous", "a unit with an AMBIGUOUS benchmark is flagged too", action="store_true"),
-    Option("env", "KEY=VALUE: an environment variable every worker gets (repeatable; default: none)", type=env_pair,
-           action="append", default=[]),
-    Option("json", "write the verdicts as JSON here (checked before the run; default: not written)"),
-    Option("force", "overwrite an existing --json file", action="store_true"),
-)
-
-#: the deployed stack of a runner (``fp4bench stack``): the venv it serves with and the file that pins it
-STACK = (
-    Option("python", "the venv (directory) or interpreter whose packages are frozen or checked "
-           "(default: the one running fp4bench)"),
-    Option("runner", "runner name: the stack file is <stack-dir>/<runner>.txt (no default: required unless --file)"),
-    Option("file", "the stack file itself (default: <stack-dir>/<runner>.txt)"),
-    Option("stack-dir", "folder of the committed stack files (default %(default)s)", default="stack"),
-    Option("check", "compare the venv with the stack file instead of writing it (exit 1 when they differ)",
-           action="store_true"),
-)
-
+#: the gate options that become ``gate.policy.Policy`` fields (``policy_kwargs``)
+POLICY = ("floor", "drift", "alpha", "allow-missing", "allow-ambiguous", "fail-on-ambiguous")
 
 #: gate options that are still parsed but no longer change a verdict, and why
 DEPRECATED = {
@@ -351,18 +313,17 @@ DEPRECATED = {
 
 
 def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
-    """``gate.policy.Policy`` keyword arguments from the ``GATE`` options (percent -> fraction).
+    """``gate.policy.Policy`` keyword arguments from the ``POLICY`` options (percent -> fraction).
     ``given(name)`` returns an option's value; options a front end does not take are left out."""
     out: dict[str, Any] = {}
-    for o in GATE:
-        v = given(o.name)
+    for name in POLICY:
+        v = given(name)
         if v is None:
             continue
-        if o.name in DEPRECATED:
+        if name in DEPRECATED:
             from fp4bench.options.deprecated import warn_once
 
-            warn_once(o.name, f"fp4bench: --{o.name} no longer applies: {DEPRECATED[o.name]}")
+            warn_once(name, f"fp4bench: --{name} no longer applies: {DEPRECATED[name]}")
             continue
-        key = o.name.replace("-", "_")
-        out[key] = v / 100.0 if o.type is percent else v
+        out[name.replace("-", "_")] = v / 100.0 if option(name).type is percent else v
     return out

@@ -21,25 +21,6 @@ import pytest
 from _pytest._code.code import ReprFileLocation, TerminalRepr
 
 
-def addoption(group: Any) -> None:
-    group.addoption("--fp4-ab-against", default=None, metavar="PYTHON_OR_VENV",
-                    help="judge this environment (B, the candidate) against another one (A, the current stack: a "
-                         "python or a venv) on this GPU, interleaved; the selected cases become one A/B test. "
-                         "Write it as --fp4-ab-against=PATH: pytest picks its rootdir from path-like arguments (default: no A/B)")
-    group.addoption("--fp4-ab-env", action="append", default=[], metavar="KEY=VALUE",
-                    help="with --fp4-ab-against: an environment variable for side A's worker only")
-    group.addoption("--fp4-ab-replicates", type=int, default=3,
-                    help="with --fp4-ab-against: worker processes per side (default 3)")
-    group.addoption("--fp4-ab-rounds", type=int, default=6, help="with --fp4-ab-against: timing rounds every "
-                                                                  "benchmark gets (default 6)")
-    group.addoption("--fp4-ab-time-budget", type=float, default=600.0,
-                    help="with --fp4-ab-against: seconds for the whole A/B run; undecided benchmarks get more "
-                         "rounds only while it fits (default 600)")
-    group.addoption("--fp4-ab-max-resident", type=int, default=None,
-                    help="with --fp4-ab-against: at most this many processes hold one benchmark at once; beyond it "
-                         "the process pairs take turns (default: as many as the GPU's free memory holds)")
-    group.addoption("--fp4-ab-round-samples", type=int, default=10,
-                    help="with --fp4-ab-against: samples per round (default 10)")
 
 
 class AbRegression(Exception):
@@ -84,16 +65,6 @@ class AbItem(pytest.Item):
         return self.path, None, self.name
 
 
-def _env_pairs(values: list[str]) -> dict[str, str]:
-    out = {}
-    for text in values:
-        key, sep, value = text.partition("=")
-        if not sep or not key:
-            raise pytest.UsageError(f"--fp4-ab-env: expected KEY=VALUE, got {text!r}")
-        out[key] = value
-    return out
-
-
 class AbPlugin:
     """Per run: swaps the selected cases for the A/B item, runs it, reports it."""
 
@@ -104,8 +75,8 @@ class AbPlugin:
         self.failed = False
         self.replaced = 0
         if self.against is None:
-            if config.getoption("fp4_ab_env", default=None):
-                raise pytest.UsageError("--fp4-ab-env sets the environment of the --fp4-ab-against side: "
+            if config.getoption("fp4_a_env", default=None):
+                raise pytest.UsageError("--fp4-a-env sets the environment of the --fp4-ab-against side: "
                                         "it needs --fp4-ab-against")
             return
         from fp4bench.run.worker.pool import interpreter
@@ -114,19 +85,13 @@ class AbPlugin:
             interpreter(self.against)
         except ValueError as exc:
             raise pytest.UsageError(f"--fp4-ab-against: {exc}") from None
-        if config.getoption("benchmark_compare", default=None) or config.getoption("fp4_baseline") \
+        if config.getoption("benchmark_compare", default=None) or config.getoption("fp4_baseline_file") \
                 or config.getoption("fp4_save_baseline"):
             raise pytest.UsageError("--fp4-ab-against compares two environments with each other: it does not take a "
-                                    "baseline (--benchmark-compare, --fp4-baseline) nor save one (--fp4-save-baseline)")
-        self.env_a = _env_pairs(config.getoption("fp4_ab_env"))
-        rounds, samples = config.getoption("fp4_ab_rounds"), config.getoption("fp4_ab_round_samples")
-        reps, budget = config.getoption("fp4_ab_replicates"), config.getoption("fp4_ab_time_budget")
-        resident = config.getoption("fp4_ab_max_resident")
-        if resident is not None and resident < 2:
-            raise pytest.UsageError(f"--fp4-ab-max-resident: need at least 2 (one process of each side), got {resident}")
-        if rounds < 2 or samples < 3 or reps < 2 or not 0 < budget < float("inf"):
-            raise pytest.UsageError(f"need --fp4-ab-rounds >= 2, --fp4-ab-round-samples >= 3, --fp4-ab-replicates >= 2 "
-                                    f"and --fp4-ab-time-budget > 0, got {rounds}, {samples}, {reps}, {budget}")
+                                    "baseline (--benchmark-compare, --fp4-baseline-file) nor save one "
+                                    "(--fp4-save-baseline)")
+        # --fp4-replicates, --fp4-rounds, ... are checked by their types (fp4bench.options.values)
+        self.env_a = dict(config.getoption("fp4_a_env"))
 
     @pytest.hookimpl(trylast=True)  # after -k / -m deselection: the A/B run compares what is selected
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -162,13 +127,13 @@ class AbPlugin:
         st = session_of(self.config)
         st.setup()
         opt = self.config.getoption
-        rounds = opt("fp4_ab_rounds")
-        cfg = AbConfig(sweep=st.sweep, device=str(st.device), replicates=opt("fp4_ab_replicates"), rounds=rounds,
-                       max_rounds=max(rounds, AbConfig.max_rounds), time_budget_s=opt("fp4_ab_time_budget"),
+        rounds = opt("fp4_rounds")
+        cfg = AbConfig(sweep=st.sweep, device=str(st.device), replicates=opt("fp4_replicates"), rounds=rounds,
+                       max_rounds=max(rounds, AbConfig.max_rounds), time_budget_s=opt("fp4_run_budget"),
                        settings=RuleSettings(floor=st.policy.floor),
-                       round_samples=opt("fp4_ab_round_samples"), timeout_s=opt("fp4_case_timeout"),
+                       round_samples=opt("fp4_round_samples"), timeout_s=opt("fp4_case_timeout"),
                        plugins=tuple(opt("fp4_plugin")), cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"),
-                       min_copies=opt("fp4_min_copies"), max_resident=opt("fp4_ab_max_resident"))
+                       min_copies=opt("fp4_min_copies"), max_resident=opt("fp4_max_resident"))
         verbose = self.config.get_verbosity() > 0
         runner = AbRunner(Side(item.against, self.env_a), Side(sys.executable), cfg,
                           progress=self._echo if verbose else (lambda line: None))

@@ -35,10 +35,6 @@ CALIBRATION: dict[str, str] = {
 }
 
 
-def addoption(group: Any) -> None:
-    group.addoption("--fp4-benchmark-table", action="store_true", default=False,
-                    help="also list fp4bench's cases in pytest-benchmark's own table (left out by default: "
-                         "fp4bench prints its own results table of the same samples)")
 
 
 def _flag(dest: str) -> str:

@@ -24,9 +24,6 @@ from fp4bench.report.textfit import WIDTH, common_parts, fit_message, fit_table
 PROGRESS_DEFAULT_S = 30.0
 
 
-def addoption(group: Any) -> None:
-    group.addoption("--fp4-progress", type=float, default=PROGRESS_DEFAULT_S, metavar="SECONDS",
-                    help="print 'N/M cases, elapsed, ETA' at most every SECONDS (default 30; 0: never)")
 
 
 # --- progress / ETA ------------------------------------------------------------------------

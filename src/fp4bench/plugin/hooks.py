@@ -17,59 +17,14 @@ from typing import Any
 
 import pytest
 
-from fp4bench.options.registry import BASELINES, GATE, SWEEP, add_options, nonneg_seconds, positive_seconds
+from fp4bench.options.adapters import add_pytest_options
 from fp4bench.plugin.session import SESSION, Fp4Session
 from fp4bench.plugin.session import session_of as _state
 from fp4bench.plugin import benchmark as plugin_benchmark
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("fp4bench", "fp4bench: FP4 GEMM regression suite")
-    add_options(g.addoption, SWEEP, "fp4-")
-    g.addoption("--fp4-time-budget", type=float, default=None,
-                help="seconds of sampling per case (default 1 on a GPU, 0.3 on a CPU)")
-    g.addoption("--fp4-target-ci", type=float, default=0.005,
-                help="stop sampling once the 95%% CI of the median is this narrow, relative (default %(default)g)")
-    g.addoption("--fp4-min-samples", type=int, default=10, help="fewest samples per case (default %(default)d)")
-    g.addoption("--fp4-energy-window", type=nonneg_seconds, default=0.0,
-                help="seconds of extra replay per case to measure joules per GEMM via NVML (default %(default)g: off)")
-    BASELINES.add(g.addoption, "fp4-")
-    g.addoption("--fp4-baseline", default=None, help="explicit baseline file to gate against (default: with --benchmark-compare, "
-                     "baselines/<gpu>/approved.json)")
-    g.addoption("--fp4-save-baseline", nargs="?", const="auto", default=None,
-                help="write this run as a candidate baseline (default path baselines/<gpu>/candidates/<UTC>.json)")
-    add_options(g.addoption, GATE, "fp4-")
-    g.addoption("--fp4-no-confirm", action="store_true",
-                help="judge the first window only (no further window for an undecided benchmark)")
-    g.addoption("--fp4-windows", type=int, default=None,
-                help="independent windows per case, taken in interleaved passes over the sweep (default 3 "
-                     "with --fp4-save-baseline, else 1)")
-    g.addoption("--fp4-max-windows", type=int, default=4,
-                help="most windows an undecided benchmark takes in its test (default %(default)s)")
-    g.addoption("--fp4-window-budget", type=float, default=120.0,
-                help="seconds a run may spend on windows undecided benchmarks ask for (default %(default)s)")
-    g.addoption("--fp4-isolate", action="store_true",
-                help="run each case in a worker process: a crash, hang or poisoned CUDA context costs one case")
-    g.addoption("--fp4-case-timeout", type=positive_seconds, default=900.0,
-                help="with --fp4-isolate: seconds a case may take (JIT build included) before it is a hang (default %(default)g)")
-    g.addoption("--fp4-python", default=None, help="with --fp4-isolate: the worker's interpreter or venv (default: this one)")
-    g.addoption("--fp4-log", default=None,
-                help="write every finished case to this JSON-lines file as it finishes (default with "
-                     "--fp4-save-baseline: next to the JSON, *.lines.jsonl); an existing file is refused "
-                     "unless --fp4-force")
-    g.addoption("--fp4-same-unit", action="store_true",
-                help="refuse a baseline recorded on another physical GPU (driver-upgrade sequence)")
-    g.addoption("--fp4-verdict-json", default=None, metavar="PATH", help="write the gate's verdict as JSON (default: not written)")
-    g.addoption("--fp4-csv", default=None, metavar="PATH", help="write one CSV line per measured case (default: not written)")
-    from fp4bench.plugin import ab as plugin_ab
-    from fp4bench.plugin import compat as plugin_compat
-    from fp4bench.plugin import console as plugin_console
-    from fp4bench.plugin import outputs as plugin_outputs
-
-    plugin_outputs.addoption(g)
-    plugin_console.addoption(g)
-    plugin_compat.addoption(g)
-    plugin_ab.addoption(g)
+    add_pytest_options(parser.getgroup("fp4bench", "fp4bench: FP4 GEMM regression suite"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -100,8 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("fp4bench: --fp4-python is the interpreter of --fp4-isolate's workers: "
                                 "it needs --fp4-isolate")
     compare = config.getoption("benchmark_compare", default=None)
-    explicit = config.getoption("fp4_baseline")
-    for flag, value in (("--fp4-baseline", explicit), ("--benchmark-compare", compare)):
+    explicit = config.getoption("fp4_baseline_file")
+    for flag, value in (("--fp4-baseline-file", explicit), ("--benchmark-compare", compare)):
         if isinstance(value, str) and not value.strip():  # "" would run ungated and pass
             raise pytest.UsageError(f"fp4bench: {flag} {value!r}: empty baseline path (give a file, or leave "
                                     "the option out to run ungated)")

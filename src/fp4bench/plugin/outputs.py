@@ -15,10 +15,6 @@ from typing import Any, Callable
 import pytest
 
 
-def addoption(group: Any) -> None:
-    group.addoption("--fp4-force", action="store_true",
-                    help="let --fp4-verdict-json, --fp4-csv and --fp4-log replace existing files "
-                         "(never a file this run reads)")
 
 
 def check_outputs(config: pytest.Config, st: Any, log_path: Path | None) -> None:

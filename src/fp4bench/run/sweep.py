@@ -64,7 +64,7 @@ def sweep_options(given: Callable[[str], Any], base: Mapping[str, Any], on_gpu: 
     ``ValueError`` names the bad value and where it came from: its option (``flag`` + name), or
     the ``sweep`` field of ``source`` when the baseline recorded it. Backend names are not
     checked here (a worker may register backends its parent does not know)."""
-    from fp4bench.options.registry import parse_batches, parse_kinds, parse_models, parse_routings, parse_tps, split_list
+    from fp4bench.options.values import parse_batches, parse_kinds, parse_models, parse_routings, parse_tps, split_list
 
     where: dict[str, str] = {}
 
