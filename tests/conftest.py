@@ -37,3 +37,26 @@ def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     the duration of each test (the worker itself read them long before)."""
     for var in [v for v in os.environ if v.startswith("PYTEST_XDIST_")]:
         monkeypatch.delenv(var)
+
+
+@pytest.fixture
+def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend registry as it is now, restored after the test: inner pytest runs and plugin
+    loads register backends into the process-wide registry. The steady backend of
+    ``fakes.pytest_run`` starts each test unslowed and unprepared."""
+    from fakes.pytest_run import STEADY
+    from fp4bench.backends import registry
+
+    registry.all_backends()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    monkeypatch.setattr(STEADY, "slow_first", False)
+    monkeypatch.setattr(STEADY, "prepares", 0)
+
+
+@pytest.fixture
+def bench(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester folder holding the real benchmark file (``bench/test_fp4_gemm.py``)."""
+    from fakes.pytest_run import BENCH_FILE
+
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    return pytester

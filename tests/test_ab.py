@@ -26,6 +26,7 @@ from fp4bench.gate.verdict import Status
 from fp4bench.gate.verdict_json import validate
 from fp4bench.report.tables import verdict_message
 from fp4bench.run.sweep import SweepOptions
+from fakes.pytest_run import BENCH_FILE
 
 pytest_plugins = ["pytester"]
 
@@ -456,7 +457,6 @@ AB_PYTEST = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "no:xdist"
 
 @pytest.fixture
 def ab_bench(pytester, monkeypatch):
-    from test_plugin import BENCH_FILE
 
     from fp4bench.backends import registry
 

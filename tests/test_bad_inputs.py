@@ -23,7 +23,6 @@ import torch
 
 import fp4bench.plugin.session
 from _benchjson import B200, H200, bench_entry, bench_json, samples
-from fp4bench.backends import registry
 from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.cli import main as cli_main
@@ -31,9 +30,10 @@ from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
 from fp4bench.gate.store import APPROVED, candidate_path
 from _wrapped import unwrapped
-from test_plugin import BENCH_FILE, TINY
+from fakes.pytest_run import TINY
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("isolated_registry")
 
 MED = 10e-6
 NAMES = ("b::t[0]", "b::t[1]")
@@ -87,12 +87,6 @@ class RaisingRun(TorchBF16):
 
 
 BACKENDS = [RaisingAvailability(), Float64Output(), FlatOutput(), RaisingPrepare(), RaisingRun()]
-
-
-@pytest.fixture(autouse=True)
-def _isolated_registry(monkeypatch):
-    registry.all_backends()
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
 
 
 # --- file builders ------------------------------------------------------------------------------
@@ -484,12 +478,6 @@ def _q() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 # --- pytest bench -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def bench(pytester):
-    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
-    return pytester
 
 
 BF16 = [*TINY, "--fp4-backends", "torch-bf16", "--fp4-min-samples", "8"]

@@ -13,23 +13,12 @@ import pytest
 from fp4bench.backends import registry
 from fp4bench.cli.compare import compare_main
 from fp4bench.gate.approve import approve
-from test_plugin import BENCH_FILE, GATE, TINY, _outcomes
+from fakes.pytest_run import TINY, GATE, outcomes_of
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("isolated_registry")
 
 BF16 = [*TINY, "--fp4-backends", "torch-bf16"]
-
-
-@pytest.fixture(autouse=True)
-def _isolated_registry(monkeypatch):
-    registry.all_backends()
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-
-
-@pytest.fixture
-def bench(pytester):
-    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
-    return pytester
 
 
 def test_ignored_calibration_flags_warn_once_each_naming_the_fp4_option(bench):
@@ -110,7 +99,7 @@ def test_the_gate_judges_the_same_with_and_without_pytest_benchmarks_flags(bench
         out = res.stdout.str()
         assert res.ret == 1, out
         assert "fp4bench verdict vs store/cpu/approved.json" in out
-        judged[name] = (_outcomes(res), sorted(re.findall(r"^ *FAIL (\S+): ", out, re.M)))
+        judged[name] = (outcomes_of(res), sorted(re.findall(r"^ *FAIL (\S+): ", out, re.M)))
     assert judged["bare"] == judged["flags"]
     outcomes, failed = judged["bare"]
     assert outcomes == {"passed": 2, "failed": 2} and len(failed) == 2, failed

@@ -16,14 +16,10 @@ import pytest
 from fp4bench.gate.verdict_json import validate
 from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines
 from fp4bench.report.textfit import WIDTH
-import test_plugin
-from test_plugin import GATE, GATE_IDS, TINY, _baseline, _faster_baseline, _write
+from fakes.pytest_run import GATE, GATE_IDS, TINY, faster_baseline, steady_baseline, write_json
 
 pytest_plugins = ["pytester"]
-
-# the same fixtures as test_plugin's: a per-test backend registry and the bench file
-_isolated_registry = test_plugin._isolated_registry
-bench = test_plugin.bench
+pytestmark = pytest.mark.usefixtures("isolated_registry")
 
 
 BF16 = [*TINY, "--fp4-backends", "torch-bf16"]
@@ -141,7 +137,7 @@ def test_a_cpu_run_with_skips_and_failures_prints_no_line_over_160_and_no_profil
 
 
 def test_after_x_the_cases_not_run_are_not_reached_not_missing(bench):
-    _write(bench, "fast.json", _faster_baseline(_baseline(bench), 0.6))  # the first case fails ...
+    write_json(bench, "fast.json", faster_baseline(steady_baseline(bench), 0.6))  # the first case fails ...
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "-x",
                           "--fp4-verdict-json", "v.json")
     out = res.stdout.str()
@@ -168,7 +164,7 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 def test_a_stop_without_failures_still_fails_the_gate_unless_allowed(bench):
-    _baseline(bench)
+    steady_baseline(bench)
     bench.makeconftest(STOP_AFTER_FIRST)
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json")
     out = res.stdout.str()

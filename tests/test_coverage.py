@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 
-import test_plugin
 from _benchjson import bench_entry, bench_json, samples
 from fp4bench.backends.base import DEFAULT_TACTIC, Tactic
 from fp4bench.cli.command import EXIT_INCOMPLETE
@@ -23,11 +22,10 @@ from fp4bench.run.linelog import LineLog
 from fp4bench.report.tables import verdict_message, verdict_summary, verdict_table
 from fp4bench.run.sweep import SweepOptions, selection_of
 from fp4bench.report.textfit import WIDTH
-from test_plugin import GATE, _baseline, _write
+from fakes.pytest_run import GATE, SteadySpin, steady_baseline, write_json, faster_baseline
 
 pytest_plugins = ["pytester"]
-_isolated_registry = test_plugin._isolated_registry
-bench = test_plugin.bench
+pytestmark = pytest.mark.usefixtures("isolated_registry")
 
 MED = 23.1e-6
 
@@ -163,7 +161,7 @@ def test_a_backend_left_unnamed_on_its_named_only_device_is_not_selected_not_mis
 
 
 def test_fp4_backends_narrows_a_gated_pytest_run(bench):
-    data = json.loads(json.dumps(_baseline(bench)))
+    data = json.loads(json.dumps(steady_baseline(bench)))
     res = bench.runpytest(*GATE, "--fp4-backends", "steady-spin,torch-bf16", "--fp4-save-baseline", "two.json")
     assert res.ret == 0, res.stdout.str()
     assert len(json.loads((bench.path / "two.json").read_text())["benchmarks"]) == 2 * len(data["benchmarks"])
@@ -175,7 +173,7 @@ def test_fp4_backends_narrows_a_gated_pytest_run(bench):
 
 
 def test_a_selection_no_backend_runs_is_incomplete(bench):
-    _baseline(bench)
+    steady_baseline(bench)
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-kinds", "moe")  # steady-spin: dense only
     out = res.stdout.str()
     assert res.ret == 3, out
@@ -220,8 +218,8 @@ def test_an_empty_baseline_path_is_a_usage_error(bench):
 
 
 def test_an_unclean_candidate_gets_no_approve_hint(bench):
-    fast = json.loads(json.dumps(_baseline(bench)))
-    _write(bench, "fast.json", test_plugin._faster_baseline(fast, 0.6))  # every case now reads 1.67x slower
+    fast = json.loads(json.dumps(steady_baseline(bench)))
+    write_json(bench, "fast.json", faster_baseline(fast, 0.6))  # every case now reads 1.67x slower
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json")
     out = res.stdout.str()
     assert res.ret == 1, out
@@ -282,7 +280,7 @@ def test_all_tactics_and_the_full_sweep_narrow_no_tactic_and_the_dense_sweep_ign
     assert routing({"routing": "dense-sweep", "batch": 4096}) and not routing({"routing": "zipf1.2"})
 
 
-class TwoTactics(test_plugin.SteadySpin):
+class TwoTactics(SteadySpin):
     """steady-spin with a second tactic: the library's default and an explicit ``t01``."""
 
     name = "two-tactic"
@@ -308,7 +306,7 @@ def test_default_tactics_gated_against_an_all_tactics_baseline_expect_the_defaul
     ghost = json.loads(json.dumps(next(b for b in data["benchmarks"] if b["extra_info"]["tactic_sweep"] == "default")))
     ghost["fullname"] = ghost["fullname"].replace("shared_", "ghost_")
     data["benchmarks"].append(ghost)
-    _write(bench, "ghost.json", data)
+    write_json(bench, "ghost.json", data)
     res = bench.runpytest(*TWO, "--fp4-tactics", "default", "--fp4-baseline-file", "ghost.json")
     assert res.ret == 3 and "MISSING (1)" in res.stdout.str(), res.stdout.str()
 

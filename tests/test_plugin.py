@@ -1,7 +1,7 @@
 """The pytest plugin end to end, in-process with ``pytester`` on the real benchmark file.
 
 Real CPU rows (torch-bf16, torch-reference) show the run / skip / save path. The timing gate is
-exercised with ``steady-spin`` (defined here, loaded with ``--fp4-plugin``): a bf16 backend whose
+exercised with ``steady-spin`` (tests/fakes/pytest_run.py, loaded with ``--fp4-plugin``): a bf16 backend whose
 call is a fixed 1 ms busy-wait, so verdicts do not depend on how busy this shared 2-core machine
 is. Its numbers are the gate's input; how the gate decides is tested in test_verdict.py.
 """
@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,121 +28,12 @@ import fp4bench.testing.faults  # noqa: F401
 from _benchjson import H200, bench_entry, bench_json
 from _wrapped import unwrapped
 from fp4bench.backends import registry
-from fp4bench.backends.base import Availability, Prepared, Tactic
-from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.plugin.console import problem_label
 from fp4bench.run.sweep import SweepOptions, problems_for
+from fakes.pytest_run import TINY, GATE, GATE_IDS, STEADY, outcomes_of, steady_baseline, write_json, faster_baseline
 
 pytest_plugins = ["pytester"]
-
-BENCH_FILE = (Path(__file__).resolve().parents[1] / "bench" / "test_fp4_gemm.py").read_text()
-# GLM-5 shared-expert dense GEMMs at decode batch 1, TP 8: M1 N512 K6144 and M1 N6144 K256
-# Plugins nothing here is about, and that are slow in an inline run of this torch-heavy process:
-# the unraisable/thread-exception checks each force a full gc.collect; hypothesis' plugin imports
-# hypothesis, which pytester drops after every run, so each run would import it again.
-QUIET = ["-p", "no:cacheprovider", "-p", "no:unraisableexception", "-p", "no:threadexception",
-         "-p", "no:hypothesispytest", "-p", "no:xdist", "-p", "no:xdist.looponfail"]
-TINY = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-time-budget", "0.05",
-        "--fp4-min-samples", "3", "--fp4-kinds", "dense"]
-GATE = TINY[:-4] + ["--fp4-kinds", "dense", "--fp4-min-samples", "15", "--fp4-plugin", __name__,
-                    "--fp4-backends", "steady-spin",
-                    # CPU wall clock on a shared machine drifts between runs more than the GPU default
-                    # 5 % floor allows; the regressions injected below are +67 %
-                    "--fp4-floor", "20"]
-GATE_IDS = ["test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144]",
-            "test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]"]
-
-
-def _spin(seconds: float) -> None:
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        pass
-
-
-class SteadySpin(TorchBF16):
-    """Correct bf16 output (computed once in prepare), then a fixed busy-wait per call.
-
-    ``slow_first`` makes the first prepared case 1.7x slower: a suspect that the confirm step
-    re-measures at normal speed."""
-
-    name = "steady-spin"
-    kinds = frozenset({"dense"})
-    api = "test-only: precomputed torch.mm result + 1 ms busy-wait"
-
-    def __init__(self) -> None:
-        self.spin_s, self.slow_first, self.prepares = 1e-3, False, 0
-
-    def availability(self, device: torch.device) -> Availability:
-        return Availability.yes(torch.__version__)
-
-    def prepare(self, problem, operands, device) -> Prepared:
-        prep = super().prepare(problem, operands, device)
-        self.prepares += 1
-        torch.mm(prep.args["a"], prep.args["wt"], out=prep.out)
-        prep.args["result"] = prep.out.clone()
-        prep.args["spin_s"] = self.spin_s * (1.7 if self.slow_first and self.prepares == 1 else 1.0)
-        return prep
-
-    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
-        prepared.out.copy_(prepared.args["result"])
-        _spin(prepared.args["spin_s"])
-        return prepared.out
-
-
-class OtherSpin(SteadySpin):
-    """A second steady backend: the one a slowdown of ``steady-spin`` must leave alone."""
-
-    name = "steady-spin-2"
-
-
-STEADY = SteadySpin()
-BACKENDS = [STEADY, OtherSpin()]
-
-
-@pytest.fixture(autouse=True)
-def _isolated_registry(monkeypatch):
-    """Inner runs register plugin backends into the process-wide registry: undo that per test."""
-    registry.all_backends()
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    monkeypatch.setattr(STEADY, "slow_first", False)
-    monkeypatch.setattr(STEADY, "prepares", 0)
-
-
-@pytest.fixture
-def bench(pytester):
-    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
-    return pytester
-
-
-def _outcomes(res) -> dict:
-    """passed / failed / errors (the empty grouped and moe parametrizations are always skipped)."""
-    return {k: v for k, v in res.parseoutcomes().items() if k in ("passed", "failed", "errors")}
-
-
-def _save(bench, name="base.json", *extra) -> dict:
-    res = bench.runpytest(*GATE, "--fp4-save-baseline", name, *extra)
-    assert res.ret == 0, res.stdout.str()
-    return json.loads((bench.path / name).read_text())
-
-
-_SAVED: dict[str, dict] = {}
-
-
-def _baseline(bench, name="base.json") -> dict:
-    """A steady-spin candidate written to ``name``: saved by the first test that needs one,
-    copied by the others (its 1 ms timings are the same on every run)."""
-    if "base" not in _SAVED:
-        _SAVED["base"] = _save(bench, "first-save.json")
-    data = json.loads(json.dumps(_SAVED["base"]))
-    (bench.path / name).parent.mkdir(parents=True, exist_ok=True)
-    _write(bench, name, data)
-    return data
-
-
-def _write(bench, name, data) -> str:
-    (bench.path / name).write_text(json.dumps(data))
-    return name
-
+pytestmark = pytest.mark.usefixtures("isolated_registry")
 
 # --- (a) + (b): a CPU run, GPU rows skipped, a candidate baseline written ----------------------
 
@@ -157,7 +46,7 @@ def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
     dense_rows = sorted(b.name for b in registry.all_backends() if "dense" in b.kinds and b.availability(cpu).ok)
     assert {"torch-bf16", "torch-reference"} <= set(dense_rows)
     # the CPU rows ran on both GLM-5 shared-expert GEMMs ...
-    assert _outcomes(res) == {"passed": 2 * len(dense_rows)}
+    assert outcomes_of(res) == {"passed": 2 * len(dense_rows)}
     for backend in dense_rows:
         for shape in ("shared_gate_up-m1n512k6144", "shared_down-m1n6144k256"):
             assert f"test_dense[{backend}-default-glm-5-b1-tp8-uniform-{shape}] PASSED" in out
@@ -237,11 +126,11 @@ def test_save_baseline_with_the_users_benchmark_json_writes_both_as_json_data(be
 
 
 def test_unchanged_run_passes_the_gate(bench):
-    _baseline(bench)
+    steady_baseline(bench)
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json")
     out = res.stdout.str()
     assert res.ret == 0, out
-    assert _outcomes(res) == {"passed": 2}
+    assert outcomes_of(res) == {"passed": 2}
     assert "fp4bench verdict vs base.json" in out
     assert "what changed: nothing (same software stack)" in out
     assert "benchmark names: test_fp4_gemm.py::<name> (the table and the notes below" in out  # said once
@@ -259,24 +148,14 @@ def test_unchanged_run_passes_the_gate(bench):
             assert row.split()[0] in ("PASS", "AMBIGUOUS"), row
 
 
-def _faster_baseline(data: dict, factor: float) -> dict:
-    """The same file with every sample of every window (and so the median) multiplied by ``factor``."""
-    for b in data["benchmarks"]:
-        b["stats"]["data"] = [x * factor for x in b["stats"]["data"]]
-        b["stats"]["median"] *= factor
-    for name, ws in data["fp4bench"].get("windows", {}).items():
-        data["fp4bench"]["windows"][name] = [[x * factor for x in w] for w in ws]
-    return data
-
-
 @pytest.mark.parametrize("confirm", [True, False])
 def test_regression_fails_the_test_by_name(bench, confirm):
     # a baseline 40 % faster: the unchanged code now looks 1/0.6 = 1.67x slower
-    base = _write(bench, "fast.json", _faster_baseline(_baseline(bench), 0.6))
+    base = write_json(bench, "fast.json", faster_baseline(steady_baseline(bench), 0.6))
     res = bench.runpytest(*GATE, "--fp4-baseline-file", base, *([] if confirm else ["--fp4-no-confirm"]))
     out = res.stdout.str()
     assert res.ret == 1
-    assert _outcomes(res) == {"failed": 2}
+    assert outcomes_of(res) == {"failed": 2}
     for name in GATE_IDS:
         assert f"FAIL {name}: " in out
     assert "+6" in out  # +60..+70 % in the one-line message
@@ -284,7 +163,7 @@ def test_regression_fails_the_test_by_name(bench, confirm):
 
 
 def test_a_suspect_takes_further_windows_and_one_odd_window_never_fails(bench):
-    _baseline(bench)
+    steady_baseline(bench)
     STEADY.slow_first, STEADY.prepares = True, 0  # the first case's first window is 1.7x slow
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-save-baseline", "now.json")
     assert res.ret == 0, res.stdout.str()
@@ -299,7 +178,7 @@ def test_a_suspect_takes_further_windows_and_one_odd_window_never_fails(bench):
     # without further windows the same suspect (+70 %, over twice the 20 % floor) fails
     STEADY.prepares = 0
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-no-confirm")
-    assert res.ret == 1 and _outcomes(res) == {"passed": 1, "failed": 1}
+    assert res.ret == 1 and outcomes_of(res) == {"passed": 1, "failed": 1}
     assert f"FAIL {first}: " in res.stdout.str()
 
 
@@ -313,7 +192,7 @@ def test_slowdown_wrapper_fails_only_the_slowed_benchmarks_under_their_own_names
     res = bench.runpytest(*both, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-baseline-file", "plain.json",
                           "--fp4-save-baseline", "slowed.json")
     out = res.stdout.str()
-    assert res.ret == 1 and _outcomes(res) == {"passed": 2, "failed": 2}, out
+    assert res.ret == 1 and outcomes_of(res) == {"passed": 2, "failed": 2}, out
     for name in GATE_IDS:
         assert f"FAIL {name}: " in out
         assert f"FAIL {name.replace('steady-spin-', 'steady-spin-2-')}" not in out
@@ -335,15 +214,15 @@ def test_slowdown_wrapper_fails_only_the_slowed_benchmarks_under_their_own_names
 
 
 def test_missing_benchmark_fails_the_session_unless_allowed(bench):
-    data = _baseline(bench)
+    data = steady_baseline(bench)
     ghost = json.loads(json.dumps(data["benchmarks"][0]))
     ghost["fullname"] = ghost["fullname"].replace("m1n512k6144", "m1n999k6144")
     ghost["name"] = ghost["fullname"].split("::")[1]
     data["benchmarks"].append(ghost)
-    _write(bench, "plus.json", data)
+    write_json(bench, "plus.json", data)
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "plus.json")
     out = res.stdout.str()
-    assert _outcomes(res) == {"passed": 2}  # every test passed ...
+    assert outcomes_of(res) == {"passed": 2}  # every test passed ...
     assert res.ret == 3  # ... but the session is incomplete: a benchmark vanished
     assert "MISSING (1) — in the baseline, not measured now:" in out
     assert f"  {ghost['fullname']}" in out
@@ -355,7 +234,7 @@ def test_missing_benchmark_fails_the_session_unless_allowed(bench):
 
 
 def test_baseline_of_another_gpu_is_a_usage_error(bench):
-    name = _write(bench, "h200.json", bench_json([bench_entry(GATE_IDS[0], [1e-3] * 10)], fingerprint=H200))
+    name = write_json(bench, "h200.json", bench_json([bench_entry(GATE_IDS[0], [1e-3] * 10)], fingerprint=H200))
     res = bench.runpytest(*GATE, "--fp4-baseline-file", name)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     err = res.stderr.str()
@@ -385,7 +264,7 @@ def test_bare_benchmark_compare_needs_an_approved_baseline_for_this_gpu(bench):
 
 
 def test_bare_benchmark_compare_uses_the_approved_baseline(bench):
-    _baseline(bench, "store/cpu/approved.json")
+    steady_baseline(bench, "store/cpu/approved.json")
     res = bench.runpytest(*GATE, "--benchmark-compare", "--fp4-baselines", "store")
     out = res.stdout.str()
     assert res.ret == 0, out
@@ -398,7 +277,7 @@ def test_bare_benchmark_compare_hands_a_slim_baseline_to_pytest_benchmark(bench)
     still gets the baseline's samples, as a pytest-benchmark file."""
     from fp4bench.gate.approve import migrate
 
-    _baseline(bench, "store/cpu/run.json")
+    steady_baseline(bench, "store/cpu/run.json")
     migrate(bench.path / "store/cpu/run.json", bench.path / "store/cpu/approved.json")
     (bench.path / "store/cpu/run.json").unlink()
     # --fp4-benchmark-table: pytest-benchmark's own table keeps fp4bench's rows (left out by default)
@@ -423,7 +302,7 @@ def test_fault_plugin_zero_band(bench):
                           "--fp4-batches", "16,32")
     out = res.stdout.str()
     assert res.ret == 1
-    assert _outcomes(res) == {"passed": 2, "failed": 2}
+    assert outcomes_of(res) == {"passed": 2, "failed": 2}
     for shape, n in (("shared_gate_up-m32n512k6144", 512), ("shared_down-m32n6144k256", 6144)):
         assert (f"fault-zero-band [default] on glm-5-b32-tp8-uniform-{shape}: all-zero output: "
                 f"all {32 * n} outputs are 0 while max|ref| = ") in out
@@ -439,7 +318,7 @@ def test_correctness_only_run_checks_every_case_without_fixture_warnings(bench):
     res = bench.runpytest(*TINY, "--benchmark-disable", "--fp4-plugin", "fp4bench.testing.faults",
                           "--fp4-backends", "fault-zero-band,torch-bf16", "--fp4-batches", "32")
     out = res.stdout.str()
-    assert _outcomes(res) == {"passed": 2, "failed": 2}  # the zero band is still caught untimed
+    assert outcomes_of(res) == {"passed": 2, "failed": 2}  # the zero band is still caught untimed
     assert "Benchmark fixture was not used" not in out
 
 
@@ -474,12 +353,12 @@ def test_pytest_outcomes_and_the_final_table_agree_on_every_fail(bench):
             b["stats"]["data"] = [x * 0.6 for x in b["stats"]["data"]]
             data["fp4bench"]["windows"][b["fullname"]] = [[x * 0.6 for x in w]
                                                           for w in data["fp4bench"]["windows"][b["fullname"]]]
-    _write(bench, "fast3.json", data)
+    write_json(bench, "fast3.json", data)
     res = bench.runpytest(*both, "--fp4-baseline-file", "fast3.json")
     out = res.stdout.str()
     table = out.split("fp4bench verdict vs fast3.json")[1]
     rows = [ln.split()[0] for ln in table.splitlines() if ln.split() and ln.split()[0] in ("PASS", "FAIL", "AMBIGUOUS")]
     summary = next(ln for ln in table.splitlines() if ln.startswith("summary: "))
     assert res.ret == 1
-    assert _outcomes(res)["failed"] == rows.count("FAIL") == 3, out
+    assert outcomes_of(res)["failed"] == rows.count("FAIL") == 3, out
     assert "3 FAIL" in summary

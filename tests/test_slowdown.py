@@ -14,13 +14,9 @@ from fp4bench.workload.problems import GemmProblem
 from fp4bench.testing import slowdown
 from fp4bench.testing.slowdown import ENV, Calibration, Slowed, Spin, parse_spec, solve_cycles
 
+pytestmark = pytest.mark.usefixtures("isolated_registry")
+
 PROBLEM = GemmProblem(m=4, n=64, k=128)
-
-
-@pytest.fixture(autouse=True)
-def _isolated_registry(monkeypatch):
-    registry.all_backends()
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
 
 
 def test_parse_spec():

@@ -83,7 +83,7 @@ _TRACKER = pytest.StashKey[Tracker]()
 
 def plan(config: pytest.Config, names: Sequence[str]) -> None:
     """Tell the run's console which fp4bench cases it runs: the xdist controller collects none
-    itself and learns them from a worker (``plugin_xdist``)."""
+    itself and learns them from a worker (``plugin.xdist``)."""
     plugin = config.pluginmanager.get_plugin("fp4bench.plugin.console")
     if plugin is not None:
         plugin.plan(names)

@@ -6,7 +6,7 @@ becomes an ``IsolatedRunner`` with the same interface; its worker is closed here
 written to a line log the moment its report is made (``fp4bench.run.linelog``); the log holds this
 run only (an existing file is refused before the run, or truncated with ``--fp4-force``).
 In a run over several GPUs the controller writes the one log as the workers' reports arrive
-(``plugin_xdist``); the workers write none.
+(``plugin.xdist``); the workers write none.
 """
 
 from __future__ import annotations

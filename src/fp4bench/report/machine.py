@@ -98,7 +98,7 @@ CSV_COLUMNS = ("fullname", "backend", "tactic", "problem", "kind", "model", "rol
 
 
 def results_csv(rows: Sequence[Any], verdicts: Mapping[str, Verdict] | None = None) -> str:
-    """One line per measured case (``reporting.data.CaseRow``), with its verdict when gated."""
+    """One line per measured case (``report.data.CaseRow``), with its verdict when gated."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)

@@ -1,0 +1,125 @@
+"""A pytest run of the real benchmark file, in-process with ``pytester``, and the steady
+backends that make its timings predictable on a shared CPU.
+
+``steady-spin`` (loaded with ``--fp4-plugin fakes.pytest_run``) is a bf16 backend whose call is a
+fixed 1 ms busy-wait, so verdicts do not depend on how busy the machine is; ``steady-spin-2`` is a
+second one that a slowdown of the first must leave alone. ``TINY`` and ``GATE`` are the option
+sets of a small run and of a gated one; the helpers save, copy and scale steady candidates.
+The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from fp4bench.backends.base import Availability, Prepared, Tactic
+from fp4bench.backends.builtin.torch_bf16 import TorchBF16
+
+BENCH_FILE = (Path(__file__).resolve().parents[2] / "bench" / "test_fp4_gemm.py").read_text()
+# GLM-5 shared-expert dense GEMMs at decode batch 1, TP 8: M1 N512 K6144 and M1 N6144 K256
+# Plugins nothing here is about, and that are slow in an inline run of this torch-heavy process:
+# the unraisable/thread-exception checks each force a full gc.collect; hypothesis' plugin imports
+# hypothesis, which pytester drops after every run, so each run would import it again.
+QUIET = ["-p", "no:cacheprovider", "-p", "no:unraisableexception", "-p", "no:threadexception",
+         "-p", "no:hypothesispytest", "-p", "no:xdist", "-p", "no:xdist.looponfail"]
+TINY = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-time-budget", "0.05",
+        "--fp4-min-samples", "3", "--fp4-kinds", "dense"]
+GATE = TINY[:-4] + ["--fp4-kinds", "dense", "--fp4-min-samples", "15", "--fp4-plugin", "fakes.pytest_run",
+                    "--fp4-backends", "steady-spin",
+                    # CPU wall clock on a shared machine drifts between runs more than the GPU default
+                    # 5 % floor allows; the regressions injected below are +67 %
+                    "--fp4-floor", "20"]
+GATE_IDS = ["test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144]",
+            "test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]"]
+
+
+def spin(seconds: float) -> None:
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+
+class SteadySpin(TorchBF16):
+    """Correct bf16 output (computed once in prepare), then a fixed busy-wait per call.
+
+    ``slow_first`` makes the first prepared case 1.7x slower: a suspect that the confirm step
+    re-measures at normal speed."""
+
+    name = "steady-spin"
+    kinds = frozenset({"dense"})
+    api = "test-only: precomputed torch.mm result + 1 ms busy-wait"
+
+    def __init__(self) -> None:
+        self.spin_s, self.slow_first, self.prepares = 1e-3, False, 0
+
+    def availability(self, device: torch.device) -> Availability:
+        return Availability.yes(torch.__version__)
+
+    def prepare(self, problem, operands, device) -> Prepared:
+        prep = super().prepare(problem, operands, device)
+        self.prepares += 1
+        torch.mm(prep.args["a"], prep.args["wt"], out=prep.out)
+        prep.args["result"] = prep.out.clone()
+        prep.args["spin_s"] = self.spin_s * (1.7 if self.slow_first and self.prepares == 1 else 1.0)
+        return prep
+
+    def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
+        prepared.out.copy_(prepared.args["result"])
+        spin(prepared.args["spin_s"])
+        return prepared.out
+
+
+class OtherSpin(SteadySpin):
+    """A second steady backend: the one a slowdown of ``steady-spin`` must leave alone."""
+
+    name = "steady-spin-2"
+
+
+STEADY = SteadySpin()
+BACKENDS = [STEADY, OtherSpin()]
+
+
+
+def outcomes_of(res) -> dict:
+    """passed / failed / errors (the empty grouped and moe parametrizations are always skipped)."""
+    return {k: v for k, v in res.parseoutcomes().items() if k in ("passed", "failed", "errors")}
+
+
+def save_candidate(bench, name="base.json", *extra) -> dict:
+    res = bench.runpytest(*GATE, "--fp4-save-baseline", name, *extra)
+    assert res.ret == 0, res.stdout.str()
+    return json.loads((bench.path / name).read_text())
+
+
+_SAVED: dict[str, dict] = {}
+
+
+def steady_baseline(bench, name="base.json") -> dict:
+    """A steady-spin candidate written to ``name``: saved by the first test that needs one,
+    copied by the others (its 1 ms timings are the same on every run)."""
+    if "base" not in _SAVED:
+        _SAVED["base"] = save_candidate(bench, "first-save.json")
+    data = json.loads(json.dumps(_SAVED["base"]))
+    (bench.path / name).parent.mkdir(parents=True, exist_ok=True)
+    write_json(bench, name, data)
+    return data
+
+
+def write_json(bench, name, data) -> str:
+    (bench.path / name).write_text(json.dumps(data))
+    return name
+
+
+
+def faster_baseline(data: dict, factor: float) -> dict:
+    """The same file with every sample of every window (and so the median) multiplied by ``factor``."""
+    for b in data["benchmarks"]:
+        b["stats"]["data"] = [x * factor for x in b["stats"]["data"]]
+        b["stats"]["median"] *= factor
+    for name, ws in data["fp4bench"].get("windows", {}).items():
+        data["fp4bench"]["windows"][name] = [[x * factor for x in w] for w in ws]
+    return data
