@@ -22,14 +22,14 @@ import pytest
 import torch
 
 import fp4bench.plugin.session
-from _benchjson import B200, H200, bench_entry, bench_json, samples
+from fakes.benchjson import B200, H200, bench_entry, bench_json, samples
 from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.cli import main as cli_main
 from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
 from fp4bench.gate.store import APPROVED, candidate_path
-from _wrapped import unwrapped
+from fakes.wrapped import unwrapped
 from fakes.pytest_run import TINY
 
 pytest_plugins = ["pytester"]

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from _benchjson import B200, H200
+from fakes.benchjson import B200, H200
 from fp4bench import env
 from fp4bench.env import Fingerprint, collect_fingerprint, gpu_slug
 

@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 
 import fp4bench
+from fakes.paths import ROOT
 
 SRC = Path(fp4bench.__file__).parent
-DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+DOC = ROOT / "docs" / "architecture.md"
 
 
 def layers_of_doc(text: str) -> dict[str, int]:
@@ -104,3 +105,14 @@ def test_no_import_cycle_between_modules():
         if m not in seen:
             cycle = visit(m, [])
             assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_the_tests_mirror_the_package():
+    """A test folder is named after the package it tests (``fakes``, ``data`` and ``workflows``,
+    the CI and deployment files, aside); the test files at the top test top-level modules or
+    the package across its layers."""
+    from fakes.paths import TESTS
+
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert sorted(folders - packages - {"fakes", "data", "workflows"}) == []

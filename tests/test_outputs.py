@@ -18,7 +18,7 @@ import fp4bench.run.case  # noqa: F401  (imported once here, not by each inline 
 import fp4bench.gate.compare  # noqa: F401
 import fp4bench.report.tables  # noqa: F401
 import fp4bench.run.sweep  # noqa: F401
-from _benchjson import H200, bench_entry, bench_json, samples, write
+from fakes.benchjson import H200, bench_entry, bench_json, samples, write
 from fp4bench import cli
 from fp4bench.cli import ab as cli_ab
 from fp4bench.cli import compare as cli_compare
@@ -26,9 +26,10 @@ from fp4bench.cli import report as cli_report
 from fp4bench.gate.baseline import BaselineError
 from fp4bench.run.linelog import LineLog, read_line_log
 from fp4bench.outputs import OutputError, check_output, temp_path, write_atomic
+from fakes.paths import BENCH_FILE as BENCH
 
 pytest_plugins = ["pytester"]
-BENCH_FILE = (Path(__file__).resolve().parents[1] / "bench" / "test_fp4_gemm.py").read_text()
+BENCH_FILE = BENCH.read_text()
 RUN = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:hypothesispytest",
        "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
        "--fp4-time-budget", "0.03", "--fp4-min-samples", "3"]

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from _wrapped import unwrapped
+from fakes.wrapped import unwrapped
 from fakes.flashinfer import SM120_CONFIGS
+from fakes.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
              "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4")

@@ -21,7 +21,7 @@ the process with "symbol lookup error". README.md in this folder and docs/flashi
 
 ``--module fp4_quantization_90`` writes FlashInfer's own, unreduced spec of that module
 instead (7 sources; it holds ``block_scale_interleave`` and ``e2m1_and_ufp8sf_scale_to_float``,
-the SM90-safe helpers tests/test_gpu_flashinfer_sm90.py uses as oracles).
+the SM90-safe helpers tests/backends/test_gpu_flashinfer_sm90.py uses as oracles).
 
 Usage (env: PYTHONPATH with flashinfer, FLASHINFER_WORKSPACE_BASE, FLASHINFER_CUDA_ARCH_LIST=9.0a)::
 

@@ -19,7 +19,7 @@ class AbDefaults:
     max_rounds: int = 16  # rounds an undecided benchmark may grow to
     #: process pairs an undecided benchmark may add, one at a time, when its processes disagree
     #: more than their rounds scatter: up to 7 processes a side, what the simulation test
-    #: (tests/test_rule_simulation.py) needs for a +3 % change to FAIL in >= 95 % of benchmarks
+    #: (tests/gate/test_rule_simulation.py) needs for a +3 % change to FAIL in >= 95 % of benchmarks
     #: once each process also carries its placement offset (6 a side: 93.8 %, 7: 97.3 %)
     extra_pairs: int = 4
     #: "process": one placement set per process and benchmark (every capture already averages

@@ -25,7 +25,7 @@ from typing import Any, Callable
 #: ``get_cutlass_fused_moe_module`` loads the SM100 one for "100"/"107"/"110" and the SM120 one for
 #: "120"/"121" (flashinfer/fused_moe/core.py:629-639 in 0.7.2.post1, :887-897 in 0.7.4); the dense
 #: runner loads the SM100 module for major 10/11 except SM103 (gemm/gemm_base.py:2895 / :3294).
-#: ``tests/test_jit_cache.py`` checks every FlashInfer backend of the registry is named here for
+#: ``tests/backends/test_jit_cache.py`` checks every FlashInfer backend of the registry is named here for
 #: every compute capability it supports.
 _MOE_NVFP4 = "flashinfer-cutlass-moe-nvfp4"
 #: the dense GEMM module: the dense rows and the end-to-end row that quantizes and calls it

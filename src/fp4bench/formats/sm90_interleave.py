@@ -3,7 +3,7 @@ bytes and the folded UE8M0 scale bytes that ``interleave_moe_weights_for_sm90_mi
 ``interleave_moe_scales_for_sm90_mixed_gemm`` produce, and their inverses.
 
 The benchmark itself calls the library's helpers; these models let the CPU fakes decode what a
-backend hands the kernel (tests/fakes), and tests/test_gpu_flashinfer_sm90.py checks them
+backend hands the kernel (tests/fakes), and tests/backends/test_gpu_flashinfer_sm90.py checks them
 byte for byte against the real helpers on an H200.
 """
 

@@ -34,7 +34,7 @@ MIN_SAMPLE_S = 1e-7
 #: FLOP) takes milliseconds on a GPU and the per-case time budget is seconds; a minute per call is
 #: not a timing (a unit error or a corrupt file, e.g. 1e6 s)
 MAX_SAMPLE_S = 60.0
-#: ``extra_info`` keys the verdict reads (tests/test_slim_baseline.py checks the list against the
+#: ``extra_info`` keys the verdict reads (tests/gate/test_slim_baseline.py checks the list against the
 #: gate's modules)
 GATE_KEYS = ("backend", "problem", "tactic", "explicit_tactic", "tactic_config", "kernels", "sm_clock_mhz",
              "throttle_reasons", "throttled", "clock_anomaly", "invalid", "noise_floor")

@@ -67,7 +67,7 @@ class RuleSettings:
     ``min_new_for_fail``: new replicates a FAIL needs, so one window in an odd power state can
     make a suspect but never a FAIL on its own. ``unit_sigma``: the spread of one benchmark's
     offset between two GPU units of the model (0: same unit). Why each default is what it is:
-    docs/measurement.md, "The decision rule" (calibrated by tests/test_rule_simulation.py)."""
+    docs/measurement.md, "The decision rule" (calibrated by tests/gate/test_rule_simulation.py)."""
 
     floor: float = 0.05
     margin: float = 0.5

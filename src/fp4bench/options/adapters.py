@@ -1,6 +1,6 @@
 """The registry's options on a parser: ``add_options(parser, front)`` adds a command's options to
 its argparse parser (``--<name>``), ``add_pytest_options(group)`` the pytest plugin's to its option
-group (``--fp4-<name>``). Nothing else in fp4bench adds a ``--`` option (tests/test_options_registry.py
+group (``--fp4-<name>``). Nothing else in fp4bench adds a ``--`` option (tests/options/test_options_registry.py
 checks), so every front end takes exactly what ``options.registry`` defines.
 
 A deprecated spelling is added as a second option string of its option: it parses into the same

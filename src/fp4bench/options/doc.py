@@ -1,7 +1,7 @@
 """docs/options.md from the registry: ``python -m fp4bench.options.doc > docs/options.md``.
 
 One table row per option (name, the front ends that take it, default, meaning) and one per
-deprecated spelling; tests/test_options_registry.py checks that the committed file is this text.
+deprecated spelling; tests/options/test_options_registry.py checks that the committed file is this text.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fp4bench.options.registry import OPTIONS
 HEADER = """# fp4bench options
 
 Every option of every front end, generated from `src/fp4bench/options/registry.py`
-(`python -m fp4bench.options.doc > docs/options.md`; `tests/test_options_registry.py` checks that
+(`python -m fp4bench.options.doc > docs/options.md`; `tests/options/test_options_registry.py` checks that
 this file is in step). The pytest plugin spells an option `--fp4-<name>` (`pytest bench --fp4-floor 3`),
 each `fp4bench` command `--<name>` (`fp4bench compare A.json B.json --floor 3`); one name has one
 meaning wherever it is taken. A front end may give an option its own default (the default column

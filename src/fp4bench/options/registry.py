@@ -10,7 +10,7 @@ GPU, ``power --assume-same-unit`` assumes the same GPU; ``--baseline-file`` is a
 still parse and warn (``Option.old``).
 
 Defaults that another module owns are written here as numbers, so that ``--help`` imports
-nothing heavy, and checked against their owner in tests/test_options.py (``gate.policy.Policy``,
+nothing heavy, and checked against their owner in tests/options/test_options.py (``gate.policy.Policy``,
 ``ab.defaults.AbDefaults``).
 """
 
@@ -32,7 +32,7 @@ WITH_AB = "with --fp4-ab-against: "
 DECODE = ("workload", "shapes")  # decode arithmetic: the sweep's models, batches, TP (and routing)
 GPUS_SYNTAX = ("all, or comma-separated GPU indices (positions among the visible GPUs, as CUDA numbers them) "
                "or GPU UUIDs (a unique prefix is enough)")
-#: the GPU names ``measure.peaks.gpu_by_name`` knows (tests/test_options.py checks)
+#: the GPU names ``measure.peaks.gpu_by_name`` knows (tests/options/test_options.py checks)
 KNOWN_GPUS = "h100, h200, b200, gb200, b300, gb300, rtx-pro-6000, rtx-5090"
 DISPATCH_POLICIES = ("report", "fail")
 
@@ -92,7 +92,7 @@ OPTIONS: tuple[Option, ...] = (
            action="store_true", default=False),
     Option("assume-same-unit", "A and B come from one GPU though their fingerprints lack a UUID: keep the drift "
            "allowance", ("power",), action="store_true", default=False, old={"power": "same-unit"}),
-    # --- how the gate decides; the defaults are gate.policy.Policy's (tests/test_options.py checks)
+    # --- how the gate decides; the defaults are gate.policy.Policy's (tests/options/test_options.py checks)
     Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", (*GATES, "power", "units"),
            type=percent, default=5.0,
            per_front={"ab": {"default": 3.0},  # two stacks side by side resolve less than runs minutes apart

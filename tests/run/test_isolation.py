@@ -1,0 +1,285 @@
+"""Cases in worker processes (``fp4bench.run.worker``): abort, hang and a poisoned CUDA context each
+cost only their own case; the run continues with a fresh worker and the line log keeps every
+finished case, also when the run itself is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.benchjson import bench_entry
+from fakes.wrapped import unwrapped
+from fp4bench.cli import compare as cli_compare
+from fp4bench.backends.base import DEFAULT_TACTIC
+from fp4bench.run.case import FAILED, CaseResult
+from fp4bench.gate.baseline import make_section
+from fp4bench.run.linelog import LineLog, read_line_log
+from fp4bench.measure.timing import TimingResult
+from fp4bench.measure.verify import CheckResult
+from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
+from fp4bench.testing import faults
+from fp4bench.run.worker import protocol
+from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter
+from fakes.paths import BENCH_FILE as BENCH, FAKES
+
+pytest_plugins = ["pytester"]
+FAKE_CHILD = FAKES / "fake_worker.py"
+BENCH_FILE = BENCH.read_text()
+
+
+# --- protocol ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("problem", [
+    GemmProblem(7, 64, 128, Origin("glm-5", 7, 8, "zipf:1.2", "down")),
+    GroupedProblem((3, 0, 5), 64, 128, Origin("glm-5", 8, 1, "uniform", "gate_up")),
+    MoEProblem(32, 16, 4, 2, ((0, 3), (1, 2)), Origin("mixtral", 2, 1, "uniform", "moe")),
+])
+def test_problem_round_trips_through_json(problem):
+    back = protocol.decode_problem(json.loads(json.dumps(protocol.encode_problem(problem))))
+    assert back == problem and back.id == problem.id
+
+
+def test_result_round_trip_keeps_samples_and_turns_nan_into_none_and_back():
+    res = CaseResult("measured", "", check=CheckResult("ok", "", 1e-3, 0.5, float("nan")),
+                     timing=TimingResult([1e-5, 2e-5, 3e-5], "cpu perf_counter", 4, 1, "ci", float("inf")),
+                     extra_info={"kernels": ["k"], "sqnr_db": float("nan")})
+    wire = json.loads(protocol.dumps(protocol.encode_result(res)))
+    back = protocol.decode_result(wire)
+    assert back.timing.samples_s == [1e-5, 2e-5, 3e-5] and back.timing.rel_ci == float("inf")
+    assert back.check.ok and back.check.max_rel_err == 1e-3 and back.check.sqnr_db != back.check.sqnr_db
+    assert back.extra_info == {"kernels": ["k"], "sqnr_db": None}
+
+
+def test_describe_exit_names_the_signal():
+    assert describe_exit(-signal.SIGABRT) == "killed by SIGABRT (abort)"
+    assert describe_exit(-signal.SIGSEGV) == "killed by SIGSEGV (segmentation fault)"
+    assert describe_exit(3) == "exited with status 3"
+
+
+def test_interpreter_accepts_a_venv_dir_and_rejects_other_things(tmp_path):
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    assert interpreter(str(venv)) == str(venv / "bin" / "python")
+    with pytest.raises(ValueError, match="not a virtual environment"):
+        interpreter(str(tmp_path))
+    with pytest.raises(ValueError, match="neither a Python interpreter"):
+        interpreter("no-such-python-anywhere")
+
+
+# --- parent side, against the fake child ------------------------------------------------------
+
+@pytest.fixture
+def fake_python(tmp_path) -> str:
+    """An "interpreter" that runs the fake child whatever arguments it is given."""
+    script = tmp_path / "fake_python.sh"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_CHILD}"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def _fake_worker(python: str, timeout: float = 2.0) -> Worker:
+    return Worker(WorkerSpec(python=python, timeout_s=timeout, start_timeout_s=30))
+
+
+def _req(backend: str) -> dict:
+    return {"op": "run", "case": protocol.encode_case(backend, GemmProblem(1, 8, 16), "default")}
+
+
+@pytest.mark.parametrize(("fault", "expect"), [
+    ("abort", "process died during run: killed by SIGABRT (abort)"),
+    ("hang", "hang: worker gave no answer to run within 1 s; killed"),
+])
+def test_a_dead_or_hung_worker_costs_one_request_and_the_next_gets_a_fresh_process(fake_python, fault, expect):
+    w = _fake_worker(fake_python, timeout=1.0)
+    first = w.request(_req("good"))["pid"]
+    with pytest.raises(WorkerLost) as err:
+        w.request(_req(fault))
+    assert str(err.value).endswith(expect) and w.proc is None
+    again = w.request(_req("good"))
+    assert again["status"] == "measured" and again["pid"] != first and w.starts == 2
+    w.close()
+
+
+def test_a_poisoned_context_reply_is_returned_and_the_worker_replaced(fake_python):
+    w = _fake_worker(fake_python)
+    first = w.request(_req("good"))["pid"]
+    reply = w.request(_req("sticky"))
+    assert reply["status"] == "failed" and reply["fatal"] and w.proc is None
+    assert w.request(_req("good"))["pid"] != first
+    w.close()
+
+
+def test_a_late_eof_of_the_replaced_worker_does_not_reach_its_replacement(fake_python):
+    """The poisoned worker's stdout reaches EOF only after its replacement started (a child of it
+    held the pipe): that EOF belongs to the old process, not to the new one's requests."""
+    w = _fake_worker(fake_python)
+    first = w.request(_req("good"))["pid"]
+    assert w.request(_req("sticky-linger"))["fatal"] and w.proc is None
+    second = w.request(_req("good"))["pid"]
+    time.sleep(1.5)  # the old pipe's EOF arrives meanwhile
+    assert second != first and w.request(_req("good"))["pid"] == second and w.starts == 2
+    w.close()
+
+
+def test_isolated_runner_turns_a_lost_worker_into_a_named_failed_case(fake_python):
+    runner = IsolatedRunner(_fake_worker(fake_python).spec)
+    res = runner.run(faults.Abort(), GemmProblem(1, 8, 16), DEFAULT_TACTIC)
+    assert res.status == FAILED and "killed by SIGABRT (abort)" in res.reason
+    assert res.extra_info["isolation"] == res.reason
+    runner.close()
+
+
+# --- the real worker through pytest (abort, hang, simulated sticky in one sweep) --------------
+
+def test_isolated_run_loses_only_the_faulty_cases(pytester):
+    """torch-bf16 on the first problem runs before the faults, the faults hit the second problem,
+    torch-bf16 on the second runs after them: both bf16 results must be there."""
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    res = pytester.runpytest_subprocess(
+        "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-rA", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense",
+        "--fp4-time-budget", "0.02", "--fp4-min-samples", "3", "--fp4-plugin", "fp4bench.testing.faults",
+        "--fp4-backends", "torch-bf16,fault-abort,fault-hang,fault-sticky", "--fp4-isolate",
+        "--fp4-case-timeout", "6", "--fp4-log", "run.lines.jsonl",
+        "-k", "torch-bf16 or shared_down", timeout=300)
+    res.assert_outcomes(passed=2, failed=3)
+    out = unwrapped(res.stdout.str())
+    assert "fault-abort [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: worker process died " \
+           "during case glm-5-b1-tp8-uniform-shared_down-m1n6144k256: killed by SIGABRT (abort)" in out
+    assert "hang: worker gave no answer to case glm-5-b1-tp8-uniform-shared_down-m1n6144k256 within 6 s" in out
+    assert f"CUDA context poisoned: raised RuntimeError: {faults.SIMULATED_STICKY}" in out
+    logged = read_line_log(pytester.path / "run.lines.jsonl")
+    assert logged.complete and not logged.not_reached and len(logged.outcomes) == 5
+    bf16 = [n for n in logged.run.benchmarks if "torch-bf16" in n]
+    assert len(bf16) == 2 and all(len(logged.run.benchmarks[n].samples) >= 3 for n in bf16)
+    # each failure's logged reason is its own first message line, not the traceback's last line
+    reasons = {json.loads(line)["fullname"].split("[")[1].split("-default")[0]: json.loads(line)["reason"]
+               for line in (pytester.path / "run.lines.jsonl").read_text().splitlines()
+               if json.loads(line).get("outcome") == "failed"}
+    assert "killed by SIGABRT (abort)" in reasons["fault-abort"]
+    assert "within 6 s" in reasons["fault-hang"]
+    assert "CUDA context poisoned" in reasons["fault-sticky"] and faults.SIMULATED_STICKY in reasons["fault-sticky"]
+
+
+@pytest.fixture(scope="module")
+def isolated_base(tmp_path_factory):
+    """A candidate saved by an isolated run (torch-bf16, both GLM-5 shared-expert GEMMs)."""
+    d = tmp_path_factory.mktemp("isolated")
+    (d / "test_fp4_gemm.py").write_text(BENCH_FILE)
+    res = _isolated_pytest(d, "--fp4-save-baseline", "base.json")
+    assert res.returncode == 0, res.stdout
+    return d
+
+
+def _isolated_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pytest", "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-q", "test_fp4_gemm.py",
+           "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
+           "--fp4-time-budget", "0.05", "--fp4-min-samples", "5", "--fp4-floor", "900", "--fp4-isolate", *args]
+    # without an xdist worker's variables: the child's pytest-benchmark would disable itself
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                          env=env)
+
+
+def test_isolation_saves_a_candidate_baseline(isolated_base):
+    from fp4bench.gate.baseline import load_baseline
+
+    base = load_baseline(isolated_base / "base.json")
+    assert len(base.benchmarks) == 2 and base.clean is True
+    assert base.sweep["l2"] == "hot" and base.sweep["timer"] == "cpu"  # what the worker measured with
+
+
+@pytest.mark.parametrize("gate", [["--fp4-baseline-file", "base.json"], ["--benchmark-compare=base.json"]])
+def test_isolation_gates_against_a_baseline(isolated_base, gate):
+    """The gate runs on the worker's samples and judges both cases. Whether they pass is not the
+    point here: CPU wall-clock times on this shared machine move by far more than any floor (the
+    gate's decisions are tested in test_verdict.py), so a verdict of either kind is accepted."""
+    res = _isolated_pytest(isolated_base, *gate)
+    out = res.stdout
+    assert res.returncode in (0, 1), out
+    assert "INTERNALERROR" not in out and "Traceback" not in out
+    assert "fp4bench verdict vs base.json" in out and "over 2 timed benchmarks" in out
+    assert re.search(r"^summary: .*\(exit [01]\)$", out, re.M), out
+
+
+# --- SIGKILL part-way: the line log keeps every finished case ---------------------------------
+
+def test_sigkill_halfway_leaves_a_readable_partial_log_that_compare_marks_partial(tmp_path, capsys):
+    log = tmp_path / "run.lines.jsonl"
+    (tmp_path / "test_fp4_gemm.py").write_text(BENCH_FILE)
+    cmd = [sys.executable, "-m", "pytest", "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-q", "test_fp4_gemm.py",
+           "--fp4-batches", "1,2,3,4,5,6", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
+           "--fp4-time-budget", "0.3", "--fp4-target-ci", "0.0001", "--fp4-log", str(log)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if log.exists() and log.read_text().count('"type":"case"') >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run finished before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    logged = read_line_log(log)
+    assert not logged.complete and logged.partial
+    n_done = len(logged.outcomes)
+    assert 3 <= n_done < len(logged.planned) == 12
+    assert len(logged.run.benchmarks) == n_done  # every finished case has its samples
+    # a baseline holding every planned benchmark: the finished ones with their own samples
+    fp = logged.run.fingerprint
+    entries = [bench_entry(n, logged.run.benchmarks[n].samples if n in logged.run.benchmarks else [1e-3] * 5)
+               for n in logged.planned]
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"benchmarks": entries, "fp4bench": make_section(fp, {}, {})}))
+    capsys.readouterr()
+    assert cli_compare.compare_main([str(base), str(log)]) == 3  # partial: incomplete
+    out = capsys.readouterr().out
+    assert "MISSING" not in out.split("NOT REACHED")[0]
+    assert f"NOT REACHED ({12 - n_done}, {12 - n_done} of them in the baseline)" in out
+    assert f"PARTIAL (the run ended without its end line: killed?); {n_done} of 12 planned cases logged" in out
+    assert "a partial run cannot pass the gate" in out
+    assert cli_compare.compare_main([str(base), str(log), "--allow-missing"]) == 0
+
+
+def test_a_line_cut_by_the_kill_is_dropped_with_a_note_and_other_garbage_is_an_error(tmp_path):
+    from fakes.benchjson import H200
+    from fp4bench.gate.baseline import BaselineError
+
+    path = tmp_path / "x.lines.jsonl"
+    log = LineLog(path)
+    log.header(H200, {}, ["a::t[1]", "a::t[2]"])
+    log.case("a::t[1]", "passed", [1e-5, 1.1e-5, 0.9e-5])
+    log.close()
+    with open(path, "a") as f:
+        f.write('{"type":"case","fullname":"a::t[2]","outc')
+    logged = read_line_log(path)
+    assert list(logged.run.benchmarks) == ["a::t[1]"] and logged.not_reached == ["a::t[2]"]
+    assert logged.notes == ["last line 3 is cut off (killed mid-write); ignored"]
+    with open(path, "a") as f:
+        f.write('\n{"type":"end"}\n')
+    with pytest.raises(BaselineError, match="line 3 is not JSON"):
+        read_line_log(path)
+
+
+def test_a_save_that_writes_no_file_is_not_a_pass(tmp_path):
+    """pytest-benchmark disables itself inside what looks like a pytest-xdist worker: the cases run,
+    no results file comes of ``--fp4-save-baseline``, and the run says so and exits 3 (incomplete)."""
+    (tmp_path / "test_fp4_gemm.py").write_text(BENCH_FILE)
+    cmd = [sys.executable, "-m", "pytest", "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-q", "test_fp4_gemm.py",
+           "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
+           "--fp4-time-budget", "0.05", "--fp4-min-samples", "5", "--fp4-save-baseline", "base.json"]
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "1"}
+    res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                         env=env)
+    assert not (tmp_path / "base.json").exists()
+    assert res.returncode == 3, res.stdout
+    assert "cases were collected but pytest-benchmark wrote no results file" in res.stdout
