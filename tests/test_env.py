@@ -127,7 +127,7 @@ def test_nvml_without_driver_is_none(monkeypatch):
 
     m.nvmlInit = boom
     monkeypatch.setitem(sys.modules, "pynvml", m)
-    assert env._nvml_info(None, 0) == {}
+    assert env._nvml_info("GPU-1234") == {}
 
 
 def test_unknown_physical_gpu_leaves_nvml_fields_none(monkeypatch):
