@@ -16,7 +16,6 @@ A CPU-only machine yields ``gpu_name="cpu"``.
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
 import platform
 import re
 from dataclasses import asdict, dataclass, fields
@@ -140,16 +139,6 @@ def parse_device(text: str, option: str) -> Any:
     return dev
 
 
-def dist_version(*names: str) -> str | None:
-    """Installed version of the first distribution found, without importing it."""
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def _loaded_cublaslt_version() -> str | None:
     """Version of the libcublasLt this process has loaded (torch links it), via its own API.
 
@@ -211,6 +200,8 @@ def _driver_from_proc() -> str | None:
 def collect_fingerprint(device: Any = None) -> Fingerprint:
     """Fingerprint of ``device`` (default: current CUDA device, else the CPU)."""
     import torch  # lazy: `fp4bench compare` never needs torch
+
+    from fp4bench.backends.builtin._gating import dist_version  # imports torch too
 
     common = dict(
         cuda=torch.version.cuda,
