@@ -62,7 +62,9 @@ def test_versions_come_from_metadata_without_import(monkeypatch, no_kernel_impor
 
 
 def test_dist_version_missing_is_none():
-    assert env.dist_version("surely-not-installed-fp4bench-x", "nor-this-one") is None
+    from fp4bench.backends.builtin._gating import dist_version
+
+    assert dist_version("surely-not-installed-fp4bench-x", "nor-this-one") is None
 
 
 def _fake_cuda(monkeypatch, uid=None):
@@ -127,7 +129,7 @@ def test_nvml_without_driver_is_none(monkeypatch):
 
     m.nvmlInit = boom
     monkeypatch.setitem(sys.modules, "pynvml", m)
-    assert env._nvml_info(None, 0) == {}
+    assert env._nvml_info("GPU-1234") == {}
 
 
 def test_unknown_physical_gpu_leaves_nvml_fields_none(monkeypatch):

@@ -7,21 +7,23 @@ regression gate is *for* — it may differ and is shown in the report as "what c
 Collecting a fingerprint must never import the kernel libraries: ``sgl_kernel`` can fail to import
 or poison the CUDA context on the wrong GPU
 (e.g. FlashInfer's FP4 quantize on SM90 returns unwritten memory), so versions come from
-``importlib.metadata`` (distribution metadata only). NVML (``pynvml``) is optional: without it, or
-without a driver, the NVML fields are ``None``. A CPU-only machine yields ``gpu_name="cpu"``.
+``importlib.metadata`` (distribution metadata only). NVML (``pynvml``, through ``gpus.nvml``) is
+optional: without it, or without a driver, the NVML fields are ``None``; the GPU is opened by its
+UUID (``gpus.devices.device_uuid``), so under ``CUDA_VISIBLE_DEVICES`` they are the timed GPU's.
+A CPU-only machine yields ``gpu_name="cpu"``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
-import os
 import platform
 import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from fp4bench.backends.builtin import _numerics_env as numerics_env
+from fp4bench.gpus import nvml
+from fp4bench.gpus.devices import device_uuid
 
 #: Keys that must be equal between a baseline and the current run (the GPU model).
 MUST_MATCH: tuple[str, ...] = ("gpu_slug", "compute_capability")
@@ -137,16 +139,6 @@ def parse_device(text: str, option: str) -> Any:
     return dev
 
 
-def dist_version(*names: str) -> str | None:
-    """Installed version of the first distribution found, without importing it."""
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def _loaded_cublaslt_version() -> str | None:
     """Version of the libcublasLt this process has loaded (torch links it), via its own API.
 
@@ -169,81 +161,30 @@ def _loaded_cublaslt_version() -> str | None:
     return None
 
 
-def _nvml_info(props: Any, index: int) -> dict[str, Any]:
-    """Driver, enforced power limit and max clocks from NVML; {} when NVML is unusable."""
-    try:
-        import pynvml
-    except ImportError:
-        return {}
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError / missing libnvidia-ml: no driver here
-        return {}
+def _nvml_info(uuid: str | None) -> dict[str, Any]:
+    """Driver, and the enforced power limit and max clocks of the GPU with this UUID, from NVML;
+    {} when NVML is unusable, no GPU fields when the UUID is unknown (never another GPU's)."""
     out: dict[str, Any] = {}
-    try:
+    with nvml.session() as lib:
+        if lib is None:
+            return out
         try:
-            out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+            out["driver"] = nvml.text(lib.nvmlSystemGetDriverVersion())
         except Exception:
             pass
-        handle = _nvml_handle(pynvml, props, index)
+        handle = nvml.handle(lib, uuid) if uuid is not None else None
         if handle is None:
             return out
         for key, call in (
-            ("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0),
-            ("sm_clock_max_mhz", lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))),
-            ("mem_clock_max_mhz", lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))),
+            ("power_limit_w", lambda: lib.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0),
+            ("sm_clock_max_mhz", lambda: int(lib.nvmlDeviceGetMaxClockInfo(handle, lib.NVML_CLOCK_SM))),
+            ("mem_clock_max_mhz", lambda: int(lib.nvmlDeviceGetMaxClockInfo(handle, lib.NVML_CLOCK_MEM))),
         ):
             try:
                 out[key] = call()
             except Exception:  # not supported on this GPU / vGPU / MIG
                 pass
-        return out
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _uuid_text(props: Any) -> str | None:
-    """torch's device UUID as NVML writes it ("GPU-…" / "MIG-…"), or None."""
-    uuid = getattr(props, "uuid", None)
-    if uuid is None:
-        return None
-    text = str(uuid)
-    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
-
-
-def device_uuid(device: Any) -> str | None:
-    """The NVML UUID of torch's CUDA ``device`` from its properties (None: a CPU, or a torch
-    that does not report it). Creates no CUDA context beyond the one torch already has."""
-    import torch
-
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return None
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    return _uuid_text(torch.cuda.get_device_properties(index))
-
-
-def _nvml_handle(pynvml: Any, props: Any, index: int) -> Any:
-    """The NVML handle of torch's device. By UUID: CUDA_VISIBLE_DEVICES renumbers indices."""
-    text = _uuid_text(props)
-    if text is not None:
-        try:
-            return pynvml.nvmlDeviceGetHandleByUUID(text)
-        except Exception:
-            pass
-    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
-        try:
-            return pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception:
-            pass
-    return None  # cannot tell which physical GPU torch's index is: leave NVML fields None
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+    return out
 
 
 def _driver_from_proc() -> str | None:
@@ -259,6 +200,8 @@ def _driver_from_proc() -> str | None:
 def collect_fingerprint(device: Any = None) -> Fingerprint:
     """Fingerprint of ``device`` (default: current CUDA device, else the CPU)."""
     import torch  # lazy: `fp4bench compare` never needs torch
+
+    from fp4bench.backends.builtin._gating import dist_version  # imports torch too
 
     common = dict(
         cuda=torch.version.cuda,
@@ -280,7 +223,8 @@ def collect_fingerprint(device: Any = None) -> Fingerprint:
 
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
-    nvml = _nvml_info(props, index)
+    uuid = device_uuid(torch.device("cuda", index))
+    found = _nvml_info(uuid)
     l2 = getattr(props, "L2_cache_size", None)
     return Fingerprint(
         gpu_name=props.name,
@@ -289,11 +233,11 @@ def collect_fingerprint(device: Any = None) -> Fingerprint:
         sm_count=int(props.multi_processor_count),
         memory_gib=round(props.total_memory / 2**30, 1),
         l2_bytes=int(l2) if l2 else None,
-        driver=nvml.get("driver") or _driver_from_proc(),
+        driver=found.get("driver") or _driver_from_proc(),
         cublaslt=_loaded_cublaslt_version() or dist_version(*_DISTS["cublas_wheel"]),
-        power_limit_w=nvml.get("power_limit_w"),
-        sm_clock_max_mhz=nvml.get("sm_clock_max_mhz"),
-        mem_clock_max_mhz=nvml.get("mem_clock_max_mhz"),
-        gpu_uuid=_uuid_text(props),
+        power_limit_w=found.get("power_limit_w"),
+        sm_clock_max_mhz=found.get("sm_clock_max_mhz"),
+        mem_clock_max_mhz=found.get("mem_clock_max_mhz"),
+        gpu_uuid=uuid,
         **common,
     )

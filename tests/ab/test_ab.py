@@ -394,16 +394,18 @@ def test_cli_slowdown_wrapper_on_b_fails_with_json(tmp_path, capsys, monkeypatch
 # --- NVML telemetry per side and round ----------------------------------------------------------
 
 
-def test_worker_round_carries_nvml_telemetry_only_where_it_is_read():
+def test_worker_round_carries_nvml_telemetry_only_where_it_is_read(monkeypatch):
+    from fp4bench.gpus import devices
     from fp4bench.workload.problems import GemmProblem
     from fp4bench.run.worker import protocol
     from fp4bench.run.worker.child import Child
-    from test_telemetry import FakeNVML
+    from test_telemetry import GPU0, FakeNVML
 
     child = Child({"device": "cpu", "seed": 0})
     req = {"case": protocol.encode_case("torch-bf16", GemmProblem(4, 64, 64), "default"), "samples": 3}
     assert child.telemetry is False and "telemetry" not in child.time(req)  # CPU: no GPU state to read
     child.telemetry, child.nvml = True, FakeNVML(sm=(1800,), power=(600_000,), reasons=(0x4,))
+    monkeypatch.setattr(devices, "device_uuid", lambda device: GPU0)  # the CPU child stands in for a GPU
     tel = child.time(req)["telemetry"]
     assert tel["sm_clock_mhz"] == 1800 and tel["power_w"] == 600 and tel["throttled"] is True
     assert tel["throttle_reasons"] == ["SwPowerCap"] and tel["telemetry_samples"] >= 1

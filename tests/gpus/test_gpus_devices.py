@@ -61,6 +61,9 @@ def test_a_worker_is_pinned_by_uuid(four):
 def test_a_pinned_worker_polls_nvml_for_its_own_gpu(four, monkeypatch):
     """The worker's telemetry sampler reads the NVML device of its pinned GPU, not NVML device 0."""
     import dataclasses
+    import types
+
+    import torch
 
     from fp4bench.run.worker.child import Child
 
@@ -68,4 +71,7 @@ def test_a_pinned_worker_polls_nvml_for_its_own_gpu(four, monkeypatch):
     child = Child({"device": "cpu", "seed": 0})
     child.fingerprint = dataclasses.replace(child.fingerprint, gpu_uuid="GPU-cc33")
     child.telemetry = True
+    # the child's device as a pinned worker sees it: cuda:0, whose torch properties carry no UUID
+    child.device = torch.device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(name="x"))
     assert child._sampler().gpu == "GPU-cc33"

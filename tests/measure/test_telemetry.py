@@ -11,12 +11,16 @@ import types
 
 import pytest
 
+from fp4bench.gpus import nvml
 from fp4bench.measure import telemetry as tm
 from fp4bench.measure.telemetry import Telemetry, TelemetrySampler, decode_reasons
 
 
 class FakeNVMLError(Exception):
     pass
+
+
+GPU0 = "GPU-fake-0"  # the one GPU of FakeNVML
 
 
 def _field(value: int | None, field_id: int) -> types.SimpleNamespace:
@@ -67,10 +71,10 @@ class FakeNVML:
     def nvmlInit(self):
         self.inits += 1
 
-    def nvmlDeviceGetHandleByIndex(self, i):
+    def nvmlDeviceGetHandleByUUID(self, uuid):
         self._rec("handle")
-        if i != 0:
-            raise FakeNVMLError("Invalid Argument")
+        if uuid != GPU0:
+            raise FakeNVMLError("Not Found")
         return "h0"
 
     def nvmlDeviceGetPowerUsage(self, h):
@@ -105,7 +109,7 @@ class FakeNVML:
 
 
 def _sample(fake: FakeNVML, seconds: float = 0.03, **kw) -> tuple[TelemetrySampler, Telemetry]:
-    with TelemetrySampler(0, period_s=0.002, nvml=fake, **kw) as s:
+    with TelemetrySampler(GPU0, period_s=0.002, nvml=fake, **kw) as s:
         time.sleep(seconds)
     assert s.result is not None
     return s, s.result
@@ -257,21 +261,31 @@ def test_unsupported_queries_are_none_not_errors():
 def test_bad_device_index_is_reported_not_raised():
     _, tel = _sample(FakeNVML(), seconds=0.0)
     assert tel.error is None
-    with TelemetrySampler(3, nvml=FakeNVML()) as s:
+    with TelemetrySampler("GPU-fake-3", nvml=FakeNVML()) as s:
         pass
-    assert s.result.samples == 0 and "no device 3" in s.result.error
+    assert s.result.samples == 0 and "no device GPU-fake-3" in s.result.error
+
+
+def test_an_unnamed_gpu_is_reported_and_never_read():
+    fake = FakeNVML()
+    with TelemetrySampler(None, period_s=0.002, nvml=fake) as s:
+        pass
+    assert s.result.samples == 0 and "no known NVML UUID" in s.result.error
+    assert fake.calls == []
 
 
 def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match="NVML UUID .* or an NVML index"):
+    with pytest.raises(ValueError, match="gpu: an NVML GPU is named by its UUID .*got -1"):
         TelemetrySampler(-1)
-    with pytest.raises(ValueError, match="NVML UUID"):
+    with pytest.raises(ValueError, match="by its UUID .*got 0"):
+        TelemetrySampler(0)  # an index is another GPU's under CUDA_VISIBLE_DEVICES
+    with pytest.raises(ValueError, match="by its UUID"):
         TelemetrySampler("0")
     with pytest.raises(ValueError, match="period_s"):
-        TelemetrySampler(0, period_s=0)
+        TelemetrySampler(GPU0, period_s=0)
     with pytest.raises(ValueError, match="min_energy_window_s"):
-        TelemetrySampler(0, min_energy_window_s=-1)
-    s = TelemetrySampler(0, nvml=FakeNVML())
+        TelemetrySampler(GPU0, min_energy_window_s=-1)
+    s = TelemetrySampler(GPU0, nvml=FakeNVML())
     with s:
         pass
     with pytest.raises(RuntimeError, match="single-use"):
@@ -280,7 +294,7 @@ def test_bad_arguments_raise_clear_errors():
 
 
 def test_body_exception_propagates_and_thread_stops():
-    s = TelemetrySampler(0, period_s=0.002, nvml=FakeNVML())
+    s = TelemetrySampler(GPU0, period_s=0.002, nvml=FakeNVML())
     with pytest.raises(KeyError):
         with s:
             raise KeyError("benchmark failed")
@@ -309,13 +323,13 @@ def test_extra_info_is_flat_json():
 
 @pytest.fixture
 def fresh_nvml_state(monkeypatch):
-    monkeypatch.setattr(tm, "_NVML_STATE", None)
+    monkeypatch.setattr(nvml, "_STATE", None)
     return monkeypatch
 
 
 def test_missing_pynvml_gives_all_none(fresh_nvml_state):
     fresh_nvml_state.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
-    with TelemetrySampler(0, period_s=0.002) as s:
+    with TelemetrySampler(GPU0, period_s=0.002) as s:
         time.sleep(0.01)
     tel = s.result
     assert tel.samples == 0 and tel.throttled is None and tel.energy_j is None
@@ -333,16 +347,16 @@ def test_nvml_init_failure_and_init_once(fresh_nvml_state):
 
     failing.nvmlInit = bad_init
     fresh_nvml_state.setitem(sys.modules, "pynvml", failing)
-    lib, reason = tm.load_nvml()
+    lib, reason = nvml.load()
     assert lib is None and "Driver Not Loaded" in reason
 
-    fresh_nvml_state.setattr(tm, "_NVML_STATE", None)
+    fresh_nvml_state.setattr(nvml, "_STATE", None)
     fake = FakeNVML()
     fresh_nvml_state.setitem(sys.modules, "pynvml", fake)
     for _ in range(3):
-        with TelemetrySampler(0, period_s=0.002):
+        with TelemetrySampler(GPU0, period_s=0.002):
             pass
-    assert tm.load_nvml()[0] is fake
+    assert nvml.load()[0] is fake
     assert fake.inits == 1
 
 

@@ -13,23 +13,15 @@ PROG = "fp4bench shapes"
 
 
 def detected_gpu() -> str | None:
-    """The name NVML reports for GPU 0, None without a GPU or NVML (no torch import)."""
-    try:
-        import pynvml
+    """The name of the first GPU this process may use (``gpus.devices``, from NVML: no torch
+    import, ``CUDA_VISIBLE_DEVICES`` honoured); None without a GPU or NVML."""
+    from fp4bench.gpus.devices import GpuListError, visible_gpus
 
-        pynvml.nvmlInit()
-    except Exception:  # ImportError, NVMLError, missing libnvidia-ml: no GPU here
-        return None
     try:
-        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-        return name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:
+        seen = visible_gpus()
+    except GpuListError:
         return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    return seen[0].name if seen else None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -65,3 +65,10 @@ def check_block_dim(x: torch.Tensor, block: int, fn: str, name: str = "input") -
         raise ValueError(f"{fn}: last dimension K={k} of {name} shape {tuple(x.shape)} must be a "
                          f"positive multiple of the block size {block}")
     return k
+
+
+def check_packed(data: torch.Tensor, scales: torch.Tensor, block: int, fn: str) -> None:
+    """Packed bytes ``[..., K/2]`` and block scales ``[..., K/block]`` must describe one ``[..., K]``."""
+    if data.dim() < 1 or data.shape[:-1] != scales.shape[:-1] or data.shape[-1] * 2 != scales.shape[-1] * block:
+        raise ValueError(f"{fn}: data {tuple(data.shape)} (K/2 bytes) and scales "
+                         f"{tuple(scales.shape)} (K/{block}) describe different shapes")

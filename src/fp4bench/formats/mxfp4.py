@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from fp4bench.formats._checks import check_block_dim, check_dtype, check_floating, raise_non_finite
+from fp4bench.formats._checks import check_block_dim, check_dtype, check_floating, check_packed, raise_non_finite
 from fp4bench.formats._blocks import as_kernel_input, block_amax
 from fp4bench.formats.e2m1 import E2M1_MAX, e2m1_decode, encode_, pack_unchecked, unpack_fp4
 
@@ -49,10 +49,7 @@ class MXFP4:
     def __post_init__(self) -> None:
         check_dtype(self.data, torch.uint8, "MXFP4", "data")
         check_dtype(self.scales, torch.uint8, "MXFP4", "scales")
-        if self.data.dim() < 1 or self.data.shape[:-1] != self.scales.shape[:-1] or \
-                self.data.shape[-1] * 2 != self.scales.shape[-1] * MXFP4_BLOCK:
-            raise ValueError(f"MXFP4: data {tuple(self.data.shape)} (K/2 bytes) and scales "
-                             f"{tuple(self.scales.shape)} (K/32) describe different shapes")
+        check_packed(self.data, self.scales, MXFP4_BLOCK, "MXFP4")
 
     @property
     def shape(self) -> torch.Size:

@@ -30,6 +30,7 @@ from fp4bench.formats._checks import (
     check_block_dim,
     check_dtype,
     check_floating,
+    check_packed,
     check_positive_finite,
     check_tensor,
     raise_non_finite,
@@ -61,10 +62,7 @@ class NVFP4:
         check_dtype(self.data, torch.uint8, "NVFP4", "data")
         check_dtype(self.scales, torch.float8_e4m3fn, "NVFP4", "scales")
         check_dtype(self.global_scale, torch.float32, "NVFP4", "global_scale")
-        if self.data.dim() < 1 or self.data.shape[:-1] != self.scales.shape[:-1] or \
-                self.data.shape[-1] * 2 != self.scales.shape[-1] * NVFP4_BLOCK:
-            raise ValueError(f"NVFP4: data {tuple(self.data.shape)} (K/2 bytes) and scales "
-                             f"{tuple(self.scales.shape)} (K/16) describe different shapes")
+        check_packed(self.data, self.scales, NVFP4_BLOCK, "NVFP4")
         _check_broadcast(self.global_scale, self.shape, "NVFP4")
         check_positive_finite(self.global_scale, "NVFP4", "global_scale")
 

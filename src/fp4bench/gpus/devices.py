@@ -8,6 +8,8 @@ may be given by a unique prefix, as CUDA accepts); indices are NVML's (PCI bus o
 CUDA's order under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; a host of identical GPUs has the same
 order either way). A worker is pinned by UUID (``pin_env``), never by index: inside the worker
 the GPU is then ``cuda:0``, and no index renumbering can point two workers at one GPU.
+``device_uuid`` names torch's CUDA device the same way, for every NVML query about it
+(``gpus.nvml`` opens GPUs by UUID only).
 
 ``FP4BENCH_FAKE_GPUS`` (test-only) replaces NVML: ``N`` gives N fake GPUs ``GPU-fake-0`` ...,
 or a comma list names their UUIDs; ``CUDA_VISIBLE_DEVICES`` then selects among them as above.
@@ -17,6 +19,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
+
+from fp4bench.gpus import nvml
 
 FAKE_ENV = "FP4BENCH_FAKE_GPUS"
 
@@ -49,27 +54,8 @@ def _fake() -> list[tuple[str, str]] | None:
 
 def _nvml() -> list[tuple[str, str]]:
     """(uuid, name) of every GPU the driver sees, in NVML index order; [] without NVML/driver."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid, name = pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetName(h)
-            out.append((uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-                        name.decode() if isinstance(name, bytes) else str(name)))
-        return out
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    with nvml.session() as lib:
+        return [] if lib is None else nvml.all_gpus(lib)
 
 
 def _select(all_gpus: list[tuple[str, str]], visible: str | None) -> list[tuple[str, str]]:
@@ -100,6 +86,35 @@ def visible_gpus() -> list[Gpu]:
     fake = _fake()
     found = fake if fake is not None else _nvml()
     return [Gpu(i, u, n) for i, (u, n) in enumerate(_select(found, os.environ.get("CUDA_VISIBLE_DEVICES")))]
+
+
+def uuid_of(props: Any) -> str | None:
+    """The UUID in torch's device properties as NVML writes it (``GPU-…`` / ``MIG-…``), or None."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
+def device_uuid(device: Any) -> str | None:
+    """The UUID of torch's CUDA ``device``: from torch's device properties, else the visible GPU
+    at torch's index (``CUDA_VISIBLE_DEVICES`` read as CUDA reads it); None for a CPU or a GPU
+    neither names. Creates no CUDA context beyond the one torch already has."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    uuid = uuid_of(torch.cuda.get_device_properties(index))
+    if uuid is not None:
+        return uuid
+    try:
+        seen = visible_gpus()
+    except GpuListError:
+        return None
+    return seen[index].uuid if index < len(seen) else None
 
 
 def pin_env(gpu: Gpu) -> dict[str, str]:

@@ -2,13 +2,14 @@
 
 Why: a GEMM that got slower because the GPU sat at its power cap is not a regression of the
 kernel. The gate needs to know, per benchmark, whether clocks were held down
-and, when the window is long enough, how much energy the calls took (§8).
+and, when the window is long enough, how much energy the calls took.
 
 Design rules:
 
 * Everything is guarded. No nvidia-ml-py, no driver, no GPU, MIG/vGPU refusing a query: the
   affected fields are ``None`` and nothing is raised into the benchmark.
-* NVML is initialized once per process (:func:`load_nvml`) and never shut down by us.
+* NVML is initialized once per process and never shut down by us (``gpus.nvml.load``), and the
+  GPU is opened by its UUID (``gpus.nvml.handle``), never by an index.
 * **The timed thread never touches NVML.** :class:`TelemetrySampler` does *all* its NVML
   calls -- the before/after snapshots included -- on its own background thread; ``__enter__``
   only waits for that thread's first snapshot and ``__exit__`` only signals and joins it.
@@ -32,6 +33,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from fp4bench.gpus import nvml as gpu_nvml
 
 # --- clock-event reasons ----------------------------------------------------------------------
 
@@ -109,32 +112,7 @@ def _field_value(fv: Any) -> int | float | None:
     return getattr(fv.value, member, None)
 
 
-# --- process-wide NVML ------------------------------------------------------------------------
-
-_NVML_LOCK = threading.Lock()
-_NVML_STATE: tuple[Any, str | None] | None = None  # (pynvml module or None, reason when None)
-
-
-def load_nvml() -> tuple[Any | None, str | None]:
-    """``(pynvml, None)`` once NVML is initialized, else ``(None, reason)``; initializes once.
-
-    The result (success or failure) is cached for the process: retrying ``nvmlInit`` per
-    benchmark would cost time and flip-flop between runs.
-    """
-    global _NVML_STATE
-    with _NVML_LOCK:
-        if _NVML_STATE is None:
-            try:
-                import pynvml
-            except ImportError as exc:
-                _NVML_STATE = (None, f"nvidia-ml-py (pynvml) not importable: {exc}")
-            else:
-                try:
-                    pynvml.nvmlInit()
-                    _NVML_STATE = (pynvml, None)
-                except Exception as exc:  # NVMLError: no driver / no library / no GPU
-                    _NVML_STATE = (None, f"nvmlInit failed: {exc}")
-        return _NVML_STATE
+# --- guarded NVML queries ---------------------------------------------------------------------
 
 
 def _guard(fn: Callable[..., Any], *args: Any) -> Any:
@@ -366,25 +344,27 @@ class TelemetrySampler:
             run_timed_loop()
         extra_info.update(tel.result.to_extra_info(n_calls))
 
-    ``gpu`` is the GPU's NVML UUID (``"GPU-…"``, what :func:`for_device` gives), or an NVML
-    device index, which is CUDA's index only when ``CUDA_VISIBLE_DEVICES`` is unset.
+    ``gpu`` is the NVML UUID (``"GPU-…"``, ``"MIG-…"``) of the GPU the window times
+    (:func:`for_device` finds it), or None where that GPU cannot be named: then nothing is read and
+    the result says why (an index would be another GPU's under ``CUDA_VISIBLE_DEVICES``).
     ``nvml`` injects a pynvml-like object (tests, or a caller that manages NVML itself; it must
-    already be initialized); by default the process-wide :func:`load_nvml` module is used.
+    already be initialized); by default the process-wide ``gpus.nvml.load`` module is used.
     """
 
     def __init__(
         self,
-        gpu: int | str = 0,
+        gpu: str | None,
         period_s: float = 0.005,
         *,
         nvml: Any | None = None,
         min_energy_window_s: float = 1.0,
         start_timeout_s: float = 5.0,
     ) -> None:
-        uuid = isinstance(gpu, str) and gpu.startswith(("GPU-", "MIG-"))
-        index = isinstance(gpu, int) and not isinstance(gpu, bool) and gpu >= 0
-        if not (uuid or index):
-            raise ValueError(f"gpu must be an NVML UUID (GPU-…, MIG-…) or an NVML index >= 0, got {gpu!r}")
+        if gpu is not None:
+            try:
+                gpu_nvml.check_uuid(gpu)
+            except ValueError as exc:
+                raise ValueError(f"gpu: {exc}") from None
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0 seconds, got {period_s!r}")
         if not min_energy_window_s >= 0:
@@ -420,12 +400,13 @@ class TelemetrySampler:
     def _sample_loop(self) -> None:
         dev: _Device | None = None
         try:
-            lib, reason = (self._nvml, None) if self._nvml is not None else load_nvml()
-            if lib is None:
+            lib, reason = (self._nvml, None) if self._nvml is not None else gpu_nvml.load()
+            if self.gpu is None:
+                self._error = "the timed GPU has no known NVML UUID (none from torch or CUDA_VISIBLE_DEVICES)"
+            elif lib is None:
                 self._error = reason
             else:
-                by = lib.nvmlDeviceGetHandleByUUID if isinstance(self.gpu, str) else lib.nvmlDeviceGetHandleByIndex
-                handle = _guard(by, self.gpu)
+                handle = gpu_nvml.handle(lib, self.gpu)
                 if handle is None:
                     self._error = f"NVML has no device {self.gpu}"
                 else:
@@ -483,24 +464,12 @@ class TelemetrySampler:
 
 
 def for_device(device: Any, **kw: Any) -> TelemetrySampler:
-    """The sampler of torch's CUDA ``device``, opened by the GPU's UUID: under
-    ``CUDA_VISIBLE_DEVICES`` torch's index is not NVML's (a worker pinned to its GPU sees it as
-    ``cuda:0``, whatever NVML's index of it). The UUID comes from torch's device properties, else
-    from ``CUDA_VISIBLE_DEVICES`` read as CUDA reads it (``gpus.devices``); ``kw`` go to
-    :class:`TelemetrySampler`."""
-    from fp4bench.env import device_uuid
+    """The sampler of torch's CUDA ``device``, opened by the GPU's UUID (``gpus.devices.device_uuid``:
+    torch's device properties, else ``CUDA_VISIBLE_DEVICES`` read as CUDA reads it); a worker pinned
+    to its GPU sees it as ``cuda:0``, whatever NVML's index of it. ``kw`` go to :class:`TelemetrySampler`."""
+    from fp4bench.gpus.devices import device_uuid
 
-    index = getattr(device, "index", None) or 0
-    uuid = device_uuid(device)
-    if uuid is None:
-        from fp4bench.gpus.devices import GpuListError, visible_gpus
-
-        try:
-            seen = visible_gpus()
-        except GpuListError:
-            seen = []
-        uuid = seen[index].uuid if index < len(seen) else None
-    return TelemetrySampler(uuid if uuid is not None else index, **kw)
+    return TelemetrySampler(device_uuid(device), **kw)
 
 
 # --- once-per-run facts -----------------------------------------------------------------------

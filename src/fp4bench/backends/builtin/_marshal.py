@@ -1,4 +1,4 @@
-"""Operand plumbing shared by the NVFP4 adapters: validated access to the canonical operands and
+"""Operand plumbing shared by the FP4 adapters: validated access to the canonical operands and
 the alpha that undoes both global scales.
 
 The canonical operands (``fp4bench.workload.operands``) hold encode-convention global scales ``gs``
@@ -8,26 +8,23 @@ The canonical operands (``fp4bench.workload.operands``) hold encode-convention g
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 
 from fp4bench import formats
 from fp4bench.workload.operands import Operands
 
 
-def nvfp4_pair(ops: Operands, backend: str) -> tuple[formats.NVFP4, formats.NVFP4]:
-    """``(qa, qw)`` when both operands are NVFP4; a TypeError naming the backend otherwise."""
-    qa, qw = ops.qa, ops.qw
-    if not isinstance(qa, formats.NVFP4) or not isinstance(qw, formats.NVFP4):
-        raise TypeError(f"{backend}: needs NVFP4 activations and weights, got {type(qa).__name__} "
-                        f"and {type(qw).__name__} (formats {ops.act_format}/{ops.weight_format})")
-    return qa, qw
+Fp4 = TypeVar("Fp4", formats.NVFP4, formats.MXFP4)
 
 
-def mxfp4_pair(ops: Operands, backend: str) -> tuple[formats.MXFP4, formats.MXFP4]:
-    """``(qa, qw)`` when both operands are MXFP4; a TypeError naming the backend otherwise."""
+def fp4_pair(ops: Operands, fmt: type[Fp4], backend: str) -> tuple[Fp4, Fp4]:
+    """``(qa, qw)`` when both operands are of format ``fmt`` (``formats.NVFP4`` or
+    ``formats.MXFP4``); a TypeError naming the backend otherwise."""
     qa, qw = ops.qa, ops.qw
-    if not isinstance(qa, formats.MXFP4) or not isinstance(qw, formats.MXFP4):
-        raise TypeError(f"{backend}: needs MXFP4 activations and weights, got {type(qa).__name__} "
+    if not isinstance(qa, fmt) or not isinstance(qw, fmt):
+        raise TypeError(f"{backend}: needs {fmt.__name__} activations and weights, got {type(qa).__name__} "
                         f"and {type(qw).__name__} (formats {ops.act_format}/{ops.weight_format})")
     return qa, qw
 

@@ -28,7 +28,7 @@ import torch
 
 from fp4bench import formats
 from fp4bench.backends.builtin import _gating
-from fp4bench.backends.builtin._marshal import decode_scale, mxfp4_pair, nvfp4_alpha, nvfp4_pair
+from fp4bench.backends.builtin._marshal import decode_scale, fp4_pair, nvfp4_alpha
 from fp4bench.backends.alignment import CUBLASLT_FP4
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic, TacticUnsupported
 from fp4bench.workload.operands import Operands
@@ -175,7 +175,7 @@ class CublasLtV1(_CublasLtBase):
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         p = self._check(problem)
-        qa, qw = nvfp4_pair(operands, self.name)
+        qa, qw = fp4_pair(operands, formats.NVFP4, self.name)
         self._library()
         args = {
             "a": self._fp4(qa.data, device),                                  # [M, K/2]
@@ -205,7 +205,7 @@ class CublasLtV2(_CublasLtBase):
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         p = self._check(problem)
-        qa, qw = nvfp4_pair(operands, self.name)
+        qa, qw = fp4_pair(operands, formats.NVFP4, self.name)
         self._library()
         recipe = [_enum_value("ScalingType", "BlockWise1x16"), _enum_value("ScalingType", "TensorWise")]
         swizzle = [_enum_value("SwizzleType", "SWIZZLE_32_4_4"), _enum_value("SwizzleType", "NO_SWIZZLE")]
@@ -247,7 +247,7 @@ class CublasLtV2MXFP4(_CublasLtBase):
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         p = self._check(problem)
-        qa, qw = mxfp4_pair(operands, self.name)
+        qa, qw = fp4_pair(operands, formats.MXFP4, self.name)
         self._library()
         e8m0 = torch.float8_e8m0fnu
         args = {

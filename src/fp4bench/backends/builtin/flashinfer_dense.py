@@ -29,7 +29,7 @@ import torch
 from fp4bench import formats
 from fp4bench.backends.builtin import _gating
 from fp4bench.backends._errors import tactic_failure
-from fp4bench.backends.builtin._marshal import nvfp4_alpha, nvfp4_pair
+from fp4bench.backends.builtin._marshal import fp4_pair, nvfp4_alpha
 from fp4bench.backends.alignment import CUTLASS_FP4_SM100
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
 from fp4bench.workload.operands import Operands
@@ -251,7 +251,7 @@ class FlashInferDense(Backend):
         if why:
             raise ValueError(why)
         assert isinstance(problem, GemmProblem)
-        qa, qw = nvfp4_pair(operands, self.name)
+        qa, qw = fp4_pair(operands, formats.NVFP4, self.name)
         info = self._arch(device)
         lib = self._library()
         a = qa.data.to(device).contiguous()                        # [M, K/2] uint8

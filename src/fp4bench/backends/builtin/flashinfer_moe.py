@@ -52,6 +52,7 @@ import torch
 from fp4bench import formats
 from fp4bench.backends.builtin import _numerics_env as numerics_env
 from fp4bench.backends.builtin import _gating
+from fp4bench.backends.builtin._marshal import fp4_pair
 from fp4bench.backends._errors import tactic_failure
 from fp4bench.backends.alignment import FLASHINFER_MXFP4_PAD
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic, TacticUnsupported
@@ -413,9 +414,10 @@ class FlashInferCutlassMoENVFP4(_FlashInferCutlassMoE):
         return torch.uint8, torch.int64, False
 
     def _marshal(self, ops: Operands, device: torch.device) -> dict[str, Any]:
-        qa, qw, qw2 = ops.qa, ops.qw, ops.qw2
-        if not all(isinstance(q, formats.NVFP4) for q in (qa, qw, qw2)):
-            raise TypeError(f"{self.name}: activations and weights must be NVFP4")
+        qa, qw = fp4_pair(ops, formats.NVFP4, self.name)
+        qw2 = ops.qw2
+        if not isinstance(qw2, formats.NVFP4):
+            raise TypeError(f"{self.name}: needs NVFP4 fc2 weights, got {type(qw2).__name__}")
         p: MoEProblem = ops.problem
         inter = p.inter
         e = p.num_experts

@@ -28,7 +28,7 @@ import torch
 
 from fp4bench import formats
 from fp4bench.backends.builtin import _gating
-from fp4bench.backends.builtin._marshal import nvfp4_alpha, nvfp4_pair
+from fp4bench.backends.builtin._marshal import fp4_pair, nvfp4_alpha
 from fp4bench.backends.alignment import CUTLASS_FP4_SM100
 from fp4bench.backends.base import Availability, Backend, Prepared, Tactic
 from fp4bench.workload.operands import Operands
@@ -184,7 +184,7 @@ class SglKernelDense(_SglKernelBase):
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         self._check(problem)
         assert isinstance(problem, GemmProblem)
-        qa, qw = nvfp4_pair(operands, self.name)
+        qa, qw = fp4_pair(operands, formats.NVFP4, self.name)
         self._library()
         args = {
             "a": qa.data.to(device).contiguous(),                          # [M, K/2] uint8
@@ -233,7 +233,7 @@ class SglKernelGroup(_SglKernelBase):
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         self._check(problem)
         assert isinstance(problem, GroupedProblem)
-        qa, qw = nvfp4_pair(operands, self.name)
+        qa, qw = fp4_pair(operands, formats.NVFP4, self.name)
         self._library()
         e, n, k = problem.num_experts, problem.n, problem.k
         counts = problem.tokens_per_expert
