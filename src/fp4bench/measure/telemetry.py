@@ -2,7 +2,7 @@
 
 Why: a GEMM that got slower because the GPU sat at its power cap is not a regression of the
 kernel. The gate needs to know, per benchmark, whether clocks were held down
-and, when the window is long enough, how much energy the calls took (§8).
+and, when the window is long enough, how much energy the calls took.
 
 Design rules:
 
