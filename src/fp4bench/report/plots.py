@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 
 from fp4bench.gate.compare import CompareResult  # noqa: E402
 from fp4bench.gate.verdict import Status  # noqa: E402
-from fp4bench.measure.peaks import GpuPeaks  # noqa: E402
+from fp4bench.measure.peaks import GpuPeaks, shares_of_peak  # noqa: E402
 from fp4bench.report.data import (CaseRow, UnsupportedTile, best_per_problem,  # noqa: E402
                                      m_from_problem_id, split_tactic)
 
@@ -202,13 +202,9 @@ def roofline(rows: Sequence[CaseRow], peaks: GpuPeaks | None, out: Path, gpu: st
 
 def _pct_of_roof(r: CaseRow, peaks: GpuPeaks | None) -> float | None:
     """Achieved / attainable at this intensity: min(compute peak, intensity × bandwidth)."""
-    if peaks is None or r.intensity is None or r.tflops is None:
+    if r.intensity is None:
         return None
-    peak = peaks.peak_tflops(r.fmt)
-    attainable = r.intensity * peaks.bandwidth_tbs
-    if peak is not None:
-        attainable = min(attainable, peak)
-    return 100.0 * r.tflops / attainable if attainable > 0 else None
+    return shares_of_peak(r.tflops, r.tbs, peaks, r.fmt).pct_roof
 
 
 def pct_of_roof(r: CaseRow, peaks: GpuPeaks | None) -> float | None:
