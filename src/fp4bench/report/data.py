@@ -58,6 +58,11 @@ class CaseRow:
         return f"{self.backend} · {self.model} {self.role}"
 
     @property
+    def label(self) -> str:
+        """Model and GEMM role, as recorded by the run (the M is shown separately)."""
+        return f"{self.model} {self.role}"
+
+    @property
     def short(self) -> str:
         return f"{self.backend} [{self.tactic}] {self.problem}"
 
