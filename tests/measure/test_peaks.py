@@ -14,6 +14,7 @@ from fp4bench.measure.peaks import (
     Roofline,
     peak_for,
     percent_of_peak,
+    shares_of_peak,
 )
 
 # datasheet table: name torch reports -> (table entry, FP4, FP8, BF16 dense TFLOP/s, TB/s, GB)
@@ -195,3 +196,17 @@ def test_constructor_refuses_unsourced_numbers():
 def test_peak_for_rejects_non_string():
     with pytest.raises(ValueError, match="gpu_name must be a string"):
         peak_for(None)  # type: ignore[arg-type]
+
+
+def test_shares_of_peak_compute_bandwidth_and_roof():
+    b200 = peak_for("NVIDIA B200")
+    bw, fp4 = b200.bandwidth_tbs, b200.peak_tflops("nvfp4")
+    pc, pb, roof = shares_of_peak(fp4 / 2, bw / 4, b200, "nvfp4")
+    assert pc == pytest.approx(50.0) and pb == pytest.approx(25.0)
+    # intensity (fp4/2)/(bw/4) = 2*fp4/bw is past the ridge: the roof is the compute peak
+    assert roof == pytest.approx(50.0)
+    # memory-bound at half the HBM bandwidth: intensity 0.5 FLOP/B, the roof is 0.5 x bandwidth
+    assert shares_of_peak(bw / 4, bw / 2, b200, "nvfp4").pct_roof == pytest.approx(50.0)
+    assert shares_of_peak(None, None, b200, "nvfp4") == (None, None, None)
+    assert shares_of_peak(1.0, 1.0, None, "nvfp4") == (None, None, None)
+    assert shares_of_peak(1.0, 1.0, b200, "fp32").pct_compute is None  # no fp32 peak in the table

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from fp4bench.measure.verify import (ALL_ZERO, BF16_UNIT_ROUNDOFF, FAILURE_KINDS, MISMATCH, NAN_INF, OK,
-                                     SENTINEL, UNWRITTEN, WRONG_LAYOUT, CheckResult, check_case, classify,
-                                     gemm_error_bound)
+from fp4bench.measure.verify import (ALL_ZERO, FAILURE_KINDS, MISMATCH, NAN_INF, OK, SENTINEL, UNWRITTEN,
+                                     WRONG_LAYOUT, CheckResult, check_case, classify)
+from fp4bench.reference.bound import BF16_UNIT_ROUNDOFF, gemm_error_bound
 
 M, N, K = 200, 48, 256
 

@@ -11,7 +11,7 @@ from fakes.benchjson import H200, bench_entry, bench_json, samples
 from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.compare import compare, delta_spread
 from fp4bench.gate.policy import Policy
-from fp4bench.report.tables import describe_changes, format_seconds, results_table, verdict_table
+from fp4bench.report.tables import describe_changes, format_seconds, verdict_table
 
 
 def _result():
@@ -51,21 +51,6 @@ def test_verdict_table_order_and_sections():
 def test_describe_changes_none():
     assert describe_changes([]) == "nothing (same software stack)"
     assert describe_changes([("sgl_kernel", None, "0.3.9")]) == "sgl_kernel - → 0.3.9"
-
-
-def test_results_table():
-    rows = [
-        {"case": "ds-v3 b1", "time_s": 2.31e-5, "tflops": 812.345, "pct_peak": 41.04, "notes": "cold L2"},
-        {"case": "ds-v3 b512", "time_s": 1.5e-3, "tflops": None, "notes": "hot"},
-    ]
-    text = results_table(rows)
-    lines = text.splitlines()
-    assert lines[0].split() == ["case", "time", "TFLOP/s", "%", "peak", "notes"]
-    assert "23.1 µs" in lines[2] and "812.3" in lines[2] and "41.0" in lines[2]
-    assert "1.5 ms" in lines[3] and " - " in lines[3]
-    assert lines[2].index("812.3") + len("812.3") == lines[0].index("TFLOP/s") + len("TFLOP/s")  # right-aligned
-    assert results_table([]) == "(no results)"
-    assert results_table(rows, columns=["case", "notes"]).splitlines()[0].split() == ["case", "notes"]
 
 
 def test_format_seconds():

@@ -198,3 +198,11 @@ def test_shapes_glm5_batch_512(capsys):
     assert cols[:6] == ["512", "gate_up", "4096", "4096", "6144", "16.00"]
     assert 50 < float(cols[8]) < 60 and cols[9] == "bandwidth"  # ≈ 3.56·16 FLOP/B, far below the ridge
     assert main(["shapes", "--models", "nope"]) == 2
+
+
+def test_plot_labels_read_the_recorded_model_and_role_not_the_problem_id():
+    run = parse_baseline(_b200_run(1), "synthetic")
+    for row in run_data([run]).rows:
+        rec = run.benchmarks[row.fullname]
+        assert row.label == f"{rec.extra_info['model']} {rec.extra_info['role']}" == "glm-5 shared_gate_up"
+        assert row.m == rec.extra_info["m"]

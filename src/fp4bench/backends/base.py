@@ -70,10 +70,6 @@ class Tactic:
     #: versions by design; an explicit tactic that runs another kernel is a different benchmark
     default: bool = False
 
-    @property
-    def id(self) -> str:
-        return self.label
-
 
 DEFAULT_TACTIC = Tactic(value=None, label="default", default=True)
 

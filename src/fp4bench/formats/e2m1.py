@@ -5,10 +5,10 @@ A code is ``s e1 e0 m`` (bit 3 sign, 2-bit exponent with bias 1, 1-bit mantissa)
 
 Encoding matches the hardware ``cvt.rn.satfinite.e2m1x2.f32``: round to nearest, ties to the
 even mantissa (``m = 0``), saturate at +-6. The sign bit is always kept, so ``-0.0`` and negative
-values that round to zero encode to ``0x8`` (negative zero), as the hardware does (measured, doc
-section 1.1). Decode of 0x8 gives ``-0.0``. NaN/Inf inputs are rejected with ``ValueError``.
+values that round to zero encode to ``0x8`` (negative zero), as the hardware does (measured on the
+GPU). Decode of 0x8 gives ``-0.0``. NaN/Inf inputs are rejected with ``ValueError``.
 
-Packing (doc section 1.2): element ``2i`` in the low nibble, ``2i+1`` in the high nibble, along
+Packing: element ``2i`` in the low nibble, ``2i+1`` in the high nibble, along
 the last dimension.
 """
 

@@ -353,6 +353,32 @@ class Roofline(NamedTuple):
     pct_bandwidth: float | None
 
 
+class PeakShares(NamedTuple):
+    """Achieved rates as % of the compute peak, of peak bandwidth, and of the roof at their
+    intensity (min(compute peak, intensity x bandwidth)); None where a rate or the peak is unknown."""
+
+    pct_compute: float | None
+    pct_bandwidth: float | None
+    pct_roof: float | None
+
+
+def shares_of_peak(tflops: float | None, tbs: float | None, peaks: GpuPeaks | None, fmt: str) -> PeakShares:
+    """The one place "% of peak" and "% of roof" are computed (the run, the report data and the
+    plots all ask here)."""
+    if peaks is None:
+        return PeakShares(None, None, None)
+    peak = peaks.peak_tflops(fmt)
+    pct_c = 100.0 * tflops / peak if tflops is not None and peak else None
+    pct_b = 100.0 * tbs / peaks.bandwidth_tbs if tbs is not None else None
+    pct_roof = None
+    if tflops is not None and tbs:
+        attainable = (tflops / tbs) * peaks.bandwidth_tbs
+        if peak is not None:
+            attainable = min(attainable, peak)
+        pct_roof = 100.0 * tflops / attainable if attainable > 0 else None
+    return PeakShares(pct_c, pct_b, pct_roof)
+
+
 def percent_of_peak(
     flops: float, bytes_moved: float, seconds: float, peaks: GpuPeaks | None, fmt: str
 ) -> Roofline:
@@ -367,6 +393,5 @@ def percent_of_peak(
     tbs = bytes_moved / seconds / 1e12
     if peaks is None:
         return Roofline(tflops, tbs, None, None)
-    peak = peaks.peak_tflops(fmt)
-    pct_c = None if peak is None else 100.0 * tflops / peak
-    return Roofline(tflops, tbs, pct_c, 100.0 * tbs / peaks.bandwidth_tbs)
+    shares = shares_of_peak(tflops, tbs, peaks, fmt)
+    return Roofline(tflops, tbs, shares.pct_compute, shares.pct_bandwidth)

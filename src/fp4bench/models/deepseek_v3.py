@@ -4,7 +4,7 @@ from fp4bench.models.moe_model import MoEModel
 
 _CFG = "[source] deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json"
 _FP4 = (
-    "[unverified] fp4bench issue 2: deployed as an NVFP4 checkpoint "
+    "[unverified] deployed as an NVFP4 checkpoint "
     "(the released checkpoint is block-scaled FP8)"
 )
 

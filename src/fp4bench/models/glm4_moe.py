@@ -7,7 +7,7 @@ _AIR = (
     "[unverified] transformers Glm4MoeConfig defaults (describe the ~100B Air-class model); "
     "[secondary] slime scripts/models/glm4.5-106B-A12B.sh agrees"
 )
-_FP4 = "[unverified] fp4bench issue 2: deployed as an NVFP4 checkpoint"
+_FP4 = "[unverified] deployed as an NVFP4 checkpoint"
 
 MODELS = (
     MoEModel(

@@ -32,7 +32,7 @@ MODELS = (
             ),
             "moe_layers": f"{_CFG}: 78 layers, first 3 dense -> 75 MoE layers; {_SLIME}: N_MOE_LAYERS=75",
             "num_layers": f"{_CFG}: num_hidden_layers 78",
-            "native_format": "[unverified] fp4bench issue 2: deployed as an NVFP4 checkpoint",
+            "native_format": "[unverified] deployed as an NVFP4 checkpoint",
         },
         notes=(
             "DeepSeek-V3.2-style MLA + DSA attention; same expert count/top-k as DeepSeek-V3 with "

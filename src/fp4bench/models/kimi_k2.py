@@ -28,7 +28,7 @@ MODELS = (
             ),
             "moe_layers": f"{_CFG}: num_hidden_layers 61 - first_k_dense_replace 1 = 60",
             "num_layers": f"{_CFG}: num_hidden_layers 61",
-            "native_format": "[unverified] fp4bench issue 2: deployed as an NVFP4 checkpoint",
+            "native_format": "[unverified] deployed as an NVFP4 checkpoint",
         },
         notes="routed_scaling_factor 2.827, 64 attention heads; same expert shapes as DeepSeek-V3.",
         aliases=("kimi-k2-instruct", "kimi-k2-thinking"),

@@ -3,7 +3,7 @@
 from fp4bench.models.moe_model import MoEModel
 
 _CFG = "[secondary] Llama-4 config.json copies on Hugging Face"
-_FP4 = "[unverified] fp4bench issue 2: deployed as an NVFP4 checkpoint"
+_FP4 = "[unverified] deployed as an NVFP4 checkpoint"
 
 
 def _llama4(name: str, experts: int, moe_layers: int, step: int, aliases: tuple[str, ...]) -> MoEModel:

@@ -4,7 +4,7 @@ from fp4bench.models.moe_model import MoEModel
 
 _235 = "[secondary] several copies of the Qwen3-235B-A22B config"
 _30 = "[source] transformers Qwen3MoeConfig defaults (checkpoint Qwen/Qwen3-30B-A3B-Base)"
-_FP4 = "[unverified] fp4bench issue 2: deployed as an NVFP4 checkpoint"
+_FP4 = "[unverified] deployed as an NVFP4 checkpoint"
 
 MODELS = (
     MoEModel(

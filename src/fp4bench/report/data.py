@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 from fp4bench.gate.baseline import Baseline, is_ok
 from fp4bench.gate.record import BenchmarkRecord
-from fp4bench.measure.peaks import FORMAT_PEAK, GpuPeaks, peak_for
+from fp4bench.measure.peaks import FORMAT_PEAK, GpuPeaks, peak_for, shares_of_peak
 
 DEFAULT_LABEL = "default"
 # FlashInfer fused-MoE tactics are swept one GEMM at a time: "g1-<tile>+g2-default" varies the
@@ -56,6 +56,11 @@ class CaseRow:
     def series(self) -> str:
         """What one line of a plot follows across M: backend, model and GEMM role."""
         return f"{self.backend} · {self.model} {self.role}"
+
+    @property
+    def label(self) -> str:
+        """Model and GEMM role, as recorded by the run (the M is shown separately)."""
+        return f"{self.model} {self.role}"
 
     @property
     def short(self) -> str:
@@ -119,9 +124,7 @@ def case_row(rec: BenchmarkRecord, peaks: GpuPeaks | None) -> CaseRow:
     fmt = _fmt_of(x)
     pct_c = pct_b = None
     if peaks is not None:
-        peak = peaks.peak_tflops(fmt)
-        pct_c = 100.0 * tflops / peak if tflops is not None and peak else None
-        pct_b = 100.0 * tbs / peaks.bandwidth_tbs if tbs is not None else None
+        pct_c, pct_b, _ = shares_of_peak(tflops, tbs, peaks, fmt)
     else:
         pct_c, pct_b = _num(x.get("pct_peak_compute")), _num(x.get("pct_peak_bandwidth"))
     problem = str(x.get("problem", rec.name))

@@ -122,7 +122,7 @@ def _tactic_section(d: RunData, out: Path, rep: Report) -> list[str]:
         rs.sort(key=lambda r: r.median_s)
         n_bad = sum(1 for u in d.unsupported if u.backend == backend and u.problem == problem
                     and split_tactic(u.tactic)[0] == stage)
-        rows.append([backend, plots._problem_label(problem) + (f" {stage}" if stage else ""), str(rs[0].m),
+        rows.append([backend, rs[0].label + (f" {stage}" if stage else ""), str(rs[0].m),
                      str(len(rs)), str(n_bad), split_tactic(rs[0].tactic)[1], format_seconds(rs[0].median_s),
                      format_seconds(rs[len(rs) // 2].median_s), f"{rs[-1].median_s / rs[0].median_s:.1f}×"])
     if rows:

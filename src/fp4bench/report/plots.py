@@ -22,9 +22,9 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 
 from fp4bench.gate.compare import CompareResult  # noqa: E402
 from fp4bench.gate.verdict import Status  # noqa: E402
-from fp4bench.measure.peaks import GpuPeaks  # noqa: E402
+from fp4bench.measure.peaks import GpuPeaks, shares_of_peak  # noqa: E402
 from fp4bench.report.data import (CaseRow, UnsupportedTile, best_per_problem,  # noqa: E402
-                                     m_from_problem_id, split_tactic)
+                                     split_tactic)
 
 DPI = 90
 _STATUS_COLOR = {Status.FAIL: "#d62728", Status.MISSING: "#9467bd", Status.AMBIGUOUS: "#ff7f0e",
@@ -202,13 +202,9 @@ def roofline(rows: Sequence[CaseRow], peaks: GpuPeaks | None, out: Path, gpu: st
 
 def _pct_of_roof(r: CaseRow, peaks: GpuPeaks | None) -> float | None:
     """Achieved / attainable at this intensity: min(compute peak, intensity × bandwidth)."""
-    if peaks is None or r.intensity is None or r.tflops is None:
+    if r.intensity is None:
         return None
-    peak = peaks.peak_tflops(r.fmt)
-    attainable = r.intensity * peaks.bandwidth_tbs
-    if peak is not None:
-        attainable = min(attainable, peak)
-    return 100.0 * r.tflops / attainable if attainable > 0 else None
+    return shares_of_peak(r.tflops, r.tbs, peaks, r.fmt).pct_roof
 
 
 def pct_of_roof(r: CaseRow, peaks: GpuPeaks | None) -> float | None:
@@ -225,6 +221,7 @@ def tactic_heatmaps(rows: Sequence[CaseRow], unsupported: Sequence[UnsupportedTi
         if len({r.tactic for r in mine} | {u.tactic for u in bad}) < 3:
             continue
         m_of = {r.problem: r.m for r in mine}
+        label_of = {r.problem: r.label for r in mine}
         cols: dict[tuple, str] = {}
         cells: dict[tuple[str, tuple], float] = {}
         refused: set[tuple[str, tuple]] = set()
@@ -233,9 +230,9 @@ def tactic_heatmaps(rows: Sequence[CaseRow], unsupported: Sequence[UnsupportedTi
             stage, tile = split_tactic(tactic)
             if tile == "default":
                 continue
-            m = m_of.get(problem) or m_from_problem_id(problem) or 0
+            m = m_of.get(problem) or 0
             col = (m, problem, stage)
-            cols[col] = f"{_problem_label(problem)}\nM={m}" + (f" {stage}" if stage else "")
+            cols[col] = f"{label_of.get(problem, problem)}\nM={m}" + (f" {stage}" if stage else "")
             if value is None:
                 refused.add((tile, col))
             else:
@@ -294,7 +291,7 @@ def telemetry(rows: Sequence[CaseRow], out: Path, gpu: str, power_limit_w: float
         return None
     groups: dict[str, list[CaseRow]] = defaultdict(list)
     for r in sorted(rs, key=lambda r: (r.backend, r.kind, r.model, r.role, r.m or 0)):
-        groups[f"{r.backend} · {_problem_label(r.problem)} M={r.m}"].append(r)
+        groups[f"{r.backend} · {r.label} M={r.m}"].append(r)
     names = list(groups)[::-1]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, max(3.5, 0.3 * len(names) + 1.6)), sharey=True)
     rng = np.random.default_rng(0)  # fixed jitter: the same file gives the same picture
@@ -366,17 +363,6 @@ def deltas(result: CompareResult, out: Path, top: int = 40) -> Path | None:
     a2.set_title(f"largest |Δ| ({len(worst)} of {len(vs)}), coloured by verdict", fontsize=9)
     fig.tight_layout()
     return _save(fig, out / "delta_vs_baseline.png")
-
-
-def _problem_label(problem: str) -> str:
-    """'glm-5-b64-tp1-uniform-moe-t64e256…' -> 'glm-5 moe' (the M is shown separately)."""
-    parts = problem.split("-")
-    try:
-        i = next(i for i, p in enumerate(parts) if p.startswith("b") and p[1:].isdigit())
-    except StopIteration:
-        return problem
-    role = parts[i + 3] if len(parts) > i + 3 else ""
-    return f"{'-'.join(parts[:i])} {role}"
 
 
 def _short_name(fullname: str) -> str:

@@ -3,13 +3,12 @@ one verdict (``verdict_message``) and of times and p-values (``format_seconds``,
 
 ``verdict_table`` explains a gate decision: what changed in the stack, then every benchmark with
 FAIL first, then MISSING / NEW listed explicitly (renames show up as one of each).
-``results_table`` prints a sweep (size -> time, TFLOP/s, % of peak, notes) from simple dict rows.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from fp4bench.gate.compare import CompareResult, delta_spread
 from fp4bench.gate.coverage import EXIT_INCOMPLETE, OUTCOME, collapsed
@@ -306,21 +305,6 @@ def _cell(key: str, v: Any) -> tuple[str, bool]:
     if isinstance(v, float):
         return f"{v:.4g}", True
     return str(v), False
-
-
-def results_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """Fixed-width table of sweep rows, e.g. ``{"case": ..., "time_s": 2.3e-5, "tflops": 812.0,
-    "pct_peak": 41.0, "notes": "cold L2"}``. Columns: ``columns`` or the union of keys in order."""
-    if columns is None:
-        seen: dict[str, None] = {}
-        for r in rows:
-            for k in r:
-                seen.setdefault(k, None)
-        columns = list(seen)
-    if not columns:
-        return "(no results)"
-    header, body, right = table_cells(rows, columns)
-    return "\n".join(_render(header, body, right))
 
 
 def table_cells(rows: list[dict], columns: list[str]) -> tuple[list[str], list[list[str]], list[bool]]:

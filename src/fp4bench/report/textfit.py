@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 from typing import Sequence
 
-#: the longest line a table prints (the brief for CI logs: readable without sideways scrolling)
+#: the longest line a table prints (CI logs stay readable without sideways scrolling)
 WIDTH = 160
 
 

@@ -26,12 +26,11 @@ from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
 from fp4bench.measure.telemetry import for_device as telemetry_for
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
-from fp4bench.measure.verify import CheckResult, check_case, gemm_error_bound
+from fp4bench.measure.verify import CheckResult, check_case
 from fp4bench.measure.verify_quant import check_quant
 from fp4bench.workload.operands import Operands, make_operands
-from fp4bench.workload.problems import GemmProblem, MoEProblem, Problem, QuantProblem
-from fp4bench.reference.dense import (decoded_activations, decoded_weights, expert_products, reference_gemm,
-                                unquantized_gemm)
+from fp4bench.workload.problems import Problem, QuantProblem
+from fp4bench.reference.bound import Reference, reference_and_bound
 
 SKIPPED = "skipped"
 UNSUPPORTED = "unsupported"
@@ -46,13 +45,6 @@ class CaseResult:
     check: CheckResult | None = None
     timing: TimingResult | None = None
     extra_info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Reference:
-    out: torch.Tensor
-    bound: torch.Tensor
-    unquantized: torch.Tensor | None
 
 
 def _clone(obj: Any) -> Any:
@@ -134,7 +126,7 @@ class CaseRunner:
         self.min_copies, self.max_rotating_copies = min_copies, max_rotating_copies
         self.peaks = peaks
         self._ops: OrderedDict[tuple, Operands] = OrderedDict()
-        self._refs: OrderedDict[tuple, _Reference] = OrderedDict()
+        self._refs: OrderedDict[tuple, Reference] = OrderedDict()
         self._cache_size = cache_size
         # one backend's prepared operands, reused by all its tactics of a problem (the sweep is
         # problem-major and backend-contiguous): re-interleaving a 5 GB MoE layer per tactic
@@ -162,38 +154,13 @@ class CaseRunner:
         return self._lru(self._ops, (problem.id, act, weight),
                          lambda: make_operands(problem, act, weight, self.device, self.seed))
 
-    def reference(self, ops: Operands, options: dict[str, Any] | None = None, roundings: int = 1) -> _Reference:
+    def reference(self, ops: Operands, options: dict[str, Any] | None = None, roundings: int = 1) -> Reference:
         """The reference for ``ops`` under a backend's ``reference_options`` and output roundings
         (cached per problem, formats and options: backends that round alike share it)."""
         options = dict(options or {})
 
-        def make() -> _Reference:
-            if isinstance(ops.problem, MoEProblem):
-                from fp4bench.reference import moe as reference_moe
-
-                out = reference_moe.reference_moe(ops, **options)
-                # the end-to-end quantization loss vs the bf16 layer (recorded, not pass/fail)
-                return _Reference(out, reference_moe.moe_error_bound(ops, out, **options),
-                                  reference_moe.unquantized_moe(ops))
-            if options:
-                raise ValueError(f"reference options {sorted(options)} apply to MoE problems only")
-            out = reference_gemm(ops)
-            if isinstance(ops.problem, GemmProblem):
-                bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k,
-                                         roundings)
-            else:
-                bound = self._grouped_bound(ops, out, roundings)
-            return _Reference(out, bound, unquantized_gemm(ops))
-
         key = (ops.problem.id, ops.act_format, ops.weight_format, _options_key(options), roundings)
-        return self._lru(self._refs, key, make)
-
-    @staticmethod
-    def _grouped_bound(ops: Operands, ref: torch.Tensor, roundings: int = 1) -> torch.Tensor:
-        bound = torch.zeros_like(ref)
-        for lo, hi, a, w in expert_products(ops):
-            bound[lo:hi] = gemm_error_bound(a, w, ref[lo:hi], ops.problem.k, roundings)
-        return bound
+        return self._lru(self._refs, key, lambda: reference_and_bound(ops, options, roundings))
 
     def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
         """``backend.prepare`` for these very operands, reused until another backend or operand set
