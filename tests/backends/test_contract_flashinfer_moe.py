@@ -27,7 +27,7 @@ from fp4bench.backends.registry import get_backend
 from fp4bench.formats import sm90_interleave as sm90
 from fp4bench.workload.operands import make_operands
 from fp4bench.workload.problems import GemmProblem, MoEProblem
-from fp4bench.reference.moe import moe_error_bound
+from fp4bench.reference.moe import moe_error_bound, reference_moe
 
 CPU = torch.device("cpu")
 
@@ -194,7 +194,7 @@ def _matches(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> bool:
 
 
 def _check(be, prep, ops, out) -> bool:
-    ref = be.reference(prep, ops)
+    ref = reference_moe(ops, **be.reference_options(prep))
     gs2 = prep.args["meta"].get("fc2_act_global_scale")
     return _matches(out, ref, moe_error_bound(ops, ref, be.intermediate, gs2))
 

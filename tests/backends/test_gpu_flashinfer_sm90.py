@@ -73,7 +73,7 @@ def test_every_tactic_is_correct_on_a_glm5_layer(runner):
     from fp4bench.measure.verify import check_case
     from fp4bench.workload.operands import make_operands
     from fp4bench.workload.problems import MoEProblem, Origin
-    from fp4bench.reference.moe import moe_error_bound, unquantized_moe
+    from fp4bench.reference.moe import moe_error_bound, reference_moe, unquantized_moe
 
     g = torch.Generator().manual_seed(0)
     tokens, inter = 16, 256
@@ -85,7 +85,7 @@ def test_every_tactic_is_correct_on_a_glm5_layer(runner):
     assert be.unsupported_reason(problem) is None
     ops = make_operands(problem, be.act_format, be.weight_format, device=DEV, seed=0)
     prep = be.prepare(problem, ops, DEV)
-    ref = be.reference(prep, ops)
+    ref = reference_moe(ops, **be.reference_options(prep))
     bound = moe_error_bound(ops, ref, be.intermediate)
     e2e = unquantized_moe(ops)
     ran, wrong = 0, []

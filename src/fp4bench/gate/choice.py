@@ -6,7 +6,7 @@ each GPU the run measures on (``gate.store.select_baselines``). A benchmark is j
 unit file of the GPU it ran on when that file holds it: the baseline of that very unit, at full
 sensitivity. Otherwise it is judged against the *lead* file (the model file; the unit file when
 the model has none), and ``unit.for_changes`` adds the unit-to-unit offset to the error term
-when that file is from another or an unknown unit. An explicit ``--fp4-baseline FILE`` is the
+when that file is from another or an unknown unit. An explicit ``--fp4-baseline-file FILE`` is the
 only file.
 
 The test that measures a benchmark (the only process, or an xdist worker) and the run's final

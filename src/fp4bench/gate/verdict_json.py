@@ -1,7 +1,7 @@
 """The verdict JSON: one versioned document for every front end that judges a run.
 
-The stored-baseline gate (``pytest --fp4-verdict-json``, ``fp4bench compare --json``) and
-``fp4bench ab`` (``--json``, and ``--fp4-verdict-json`` with ``--fp4-ab-against``) write the same
+The stored-baseline gate (``pytest --fp4-verdict-json``, ``fp4bench compare --verdict-json``) and
+``fp4bench ab`` (``--verdict-json``, and ``--fp4-verdict-json`` with ``--fp4-ab-against``) write the same
 document around a ``CompareResult`` (docs/architecture.md, "Verdict JSON")::
 
     {"format": "fp4bench-verdict", "schema": 1, "source": "gate" | "ab",

@@ -24,7 +24,7 @@ from fp4bench.plugin import benchmark
 
 
 def activate(st: Any, explicit: str | None) -> None:
-    """Resolve and validate the baseline files: ``--fp4-baseline FILE`` alone; with
+    """Resolve and validate the baseline files: ``--fp4-baseline-file FILE`` alone; with
     ``--fp4-same-unit`` the one file ``select_baseline`` picks; else the GPU model's
     ``approved.json`` and the unit file of each GPU of the run (``gate.store.select_baselines``;
     which file judges which benchmark: ``gate.choice``). The controller of a merged run has no
