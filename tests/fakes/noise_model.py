@@ -52,7 +52,7 @@ which removes ``c``). A process adds a fixed offset N(0, PROCESS_SIGMA) and its 
 ``p`` (``--placement process``: one placement set per process and benchmark). After the ab fix the
 per-process offset is an assumption, PROCESS_SIGMA = 0.5 %: the acceptance target of the fix
 (A/A p95 |Δ| <= 1 % with 3 processes a side) allows at most sqrt(3/2) * 1 % / 1.96 = 0.62 %.
-Before the fix (measured, issue 17 of the project: the two memory-bound grouped b1 rows B-faster
+Before the fix (measured on the H200: the two memory-bound grouped b1 rows B-faster
 by 3.1-5.5 % in 8 of 8 runs, 11 benchmarks affected) the offset was a per-*side* bias of that size
 on those rows; ``PRE_FIX`` models it as a side bias of -U(3.1, 5.5) % on 2 rows and a per-process
 offset N(0, 2 %) on 9 more.

@@ -20,8 +20,8 @@ from fp4bench.gate.baseline import BaselineError
 #: placements is not one placement), so they are never compared. ``case.measurement_of``
 #: writes them.
 MEASUREMENT_KEYS = ("l2", "timer", "min_copies", "copy_memory")
-#: the note for a cold-L2 baseline recorded before ``min_copies`` was: its cases of a footprint
-#: of 3 L2s or more were timed on one copy, one placement each
+#: the note for a cold-L2 baseline that records no ``min_copies``: its cases of a footprint of 3 L2s
+#: or more were timed on one copy, one placement each
 ONE_PLACEMENT = "baseline recorded with one placement per large case: re-record for full sensitivity"
 #: ``sweep`` key naming the test-only backends a run measured (``{name: description}``): faults
 #: or slowdown wrappers from ``fp4bench.testing``. Such a run tests the gate; it is never a baseline.

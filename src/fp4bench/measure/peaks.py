@@ -7,7 +7,7 @@ compute`` the secondary one. Spec-sheet peaks are optimistic; ``with_measured`` 
 with ceilings measured on the machine (a bf16 GEMM, a device copy).
 
 Numbers are vendor datasheet values; each carries its source and trust tag. L2 sizes are not in
-that doc: they are left None here; read ``torch.cuda.get_device_properties(d).L2_cache_size``.
+the datasheets: they are left None here; read ``torch.cuda.get_device_properties(d).L2_cache_size``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ MODELS = (
             "num_experts": f"{_CFG}: n_routed_experts 256",
             "top_k": f"{_CFG}: n_activated_experts 8",
             "shared_experts": f"{_CFG}: n_shared_experts 1",
-            "shared_intermediate": f"{_CFG}: n_shared_experts 1 x moe_inter_dim 2048 (doc: '1 x 2048')",
+            "shared_intermediate": f"{_CFG}: n_shared_experts 1 x moe_inter_dim 2048",
             "moe_layers": f"{_CFG}: n_layers 61 - n_dense_layers 3 = 58",
             "num_layers": f"{_CFG}: n_layers 61",
             "native_format": _FP4,
