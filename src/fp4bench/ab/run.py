@@ -29,7 +29,7 @@ from __future__ import annotations
 import statistics
 import sys
 import threading
-import time
+from fp4bench import clock
 from typing import Any, Callable, Collection
 
 from fp4bench.ab.config import AbConfig, Side
@@ -118,7 +118,7 @@ class AbRunner:
         self.fingerprints: dict[str, dict] = {}
         self.crashes: list[Crash] = []
         self._serial = {s: 0 for s in SIDES}
-        self._t0 = time.monotonic()
+        self._t0 = clock.now()
         self._base_costs: list[float] = []
         self._replays: dict[str, int] = {}  # benchmark -> replays per round (``replays_per_round``)
         # the run so far (``salvage`` reads it when the run raised)
@@ -175,7 +175,7 @@ class AbRunner:
         return [(s[0], s[1]) for s in self.slots]
 
     def _elapsed(self) -> float:
-        return time.monotonic() - self._t0
+        return clock.now() - self._t0
 
     def _budget_left(self, remaining: int) -> bool:
         """Whether measurement may be added: the run's elapsed time plus the base cost of the
@@ -219,7 +219,7 @@ class AbRunner:
         listed. ``select(names, by_side)``: this run's share of the listed names (``by_side``: per
         side, benchmark -> listed case), e.g. one GPU's share. ``on_pair(i, n, pair)`` is called
         after each benchmark (progress)."""
-        self._t0 = time.monotonic()
+        self._t0 = clock.now()
         try:
             fps = self.start()
             sweep = sweep_for(fps["A"]) if sweep_for else self.cfg.sweep
@@ -280,7 +280,7 @@ class AbRunner:
              release: bool = True) -> Paired:
         """One benchmark on every process (or in turns); ``release``: the next benchmark is of
         another problem, so every process releases its cached operands afterwards."""
-        t_start = time.monotonic()
+        t_start = clock.now()
         res = {s: SideResult() for s in SIDES}
         entries = {s: by_side[s].get(name) for s in SIDES}
         pair = Paired(name, res["A"], res["B"])
@@ -330,7 +330,7 @@ class AbRunner:
         pair.parts = list(parts.values())
         pair.crashes = self.crashes[crashes0:]
         pair.round_samples = self._replays.get(name)
-        pair.wall_s = time.monotonic() - t_start
+        pair.wall_s = clock.now() - t_start
         return pair
 
     def _rounds(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
@@ -351,11 +351,11 @@ class AbRunner:
             if r < cfg.rounds:
                 continue
             if r == cfg.rounds:
-                t_base = time.monotonic()
+                t_base = clock.now()
                 self._base_costs.append(t_base - t_start)
             elif (r - cfg.rounds) % cfg.more_rounds:
                 continue
-            budget = self._budget_left(remaining) and time.monotonic() - t_base < cfg.benchmark_budget_s
+            budget = self._budget_left(remaining) and clock.now() - t_base < cfg.benchmark_budget_s
             can_more = budget and r < cfg.max_rounds
             est = pair.estimate = self._estimate(parts, budget_left=can_more)
             if est is None:
@@ -422,9 +422,9 @@ class AbRunner:
             passes += 1
             per_slot += n
             if passes == 1:
-                t_base = time.monotonic()
+                t_base = clock.now()
                 self._base_costs.append(t_base - t_start)
-            budget = self._budget_left(remaining) and time.monotonic() - t_base < cfg.benchmark_budget_s
+            budget = self._budget_left(remaining) and clock.now() - t_base < cfg.benchmark_budget_s
             can_more = budget and per_slot < cfg.max_rounds
             est = pair.estimate = self._estimate(parts, budget_left=can_more, paired=True)
             if est is None:
@@ -475,15 +475,15 @@ class AbRunner:
         part = parts[pid] = ProcPart(pid, info.side, info.slot, len(parts))
         side = res[info.side]
         case = entries[info.side]["case"]
-        t0 = time.perf_counter()
+        t0 = clock.now()
         try:
             reply = self._ask(pid, {"op": "check", "case": case}, f"check {name}")
-            side.check_s += time.perf_counter() - t0
+            side.check_s += clock.now() - t0
             part.status, part.reason = reply.get("status", "failed"), reply.get("reason", "")
             part.digest = reply.get("operand_digest")
             why = f" ({part.reason.splitlines()[0][:200]})" if part.status != "measured" and part.reason else ""
             self.progress(f"[{pid}] {where} prepared + checked {name}: {part.status} in "
-                          f"{time.perf_counter() - t0:.1f} s{why}")
+                          f"{clock.now() - t0:.1f} s{why}")
             if part.status != "measured":
                 side.status, side.reason = part.status, part.reason
                 side.extra_info = dict(reply.get("extra_info") or {})

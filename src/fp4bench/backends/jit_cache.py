@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
-import time
+from fp4bench import clock
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -122,7 +122,7 @@ def prepare(capability: tuple[int, int], backends: set[str] | None = None,
             continue
         echo(f"[{i}/{len(mods)}] {m.label}: building (hundreds of CUDA translation units for the fused MoE; "
              "ninja prints its progress below) ...")
-        t0 = time.monotonic()
+        t0 = clock.now()
         m.spec.build_and_load()
-        echo(f"[{i}/{len(mods)}] {m.label}: built in {time.monotonic() - t0:.0f} s: {m.where}")
+        echo(f"[{i}/{len(mods)}] {m.label}: built in {clock.now() - t0:.0f} s: {m.where}")
     return 0

@@ -18,7 +18,7 @@ GLM-5 routed-expert gate_up projection N = 2 x 2048, K = 6144) for a range of M.
 from __future__ import annotations
 
 import statistics
-import time
+from fp4bench import clock
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
@@ -91,8 +91,8 @@ def interleaved(fn: Fn, seconds: float, dev: torch.device, n: int) -> tuple[floa
         graph.replay()
         torch.cuda.synchronize(dev)
         with for_device(dev) as tel, profile(activities=[ProfilerActivity.CUDA]) as prof:
-            t_end = time.perf_counter() + seconds
-            while time.perf_counter() < t_end and pairs < max(8, 3200 // n):
+            t_end = clock.now() + seconds
+            while clock.now() < t_end and pairs < max(8, 3200 // n):
                 graph.replay()
                 for _ in range(n):
                     fn()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-import time
+from fp4bench import clock
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -413,7 +413,7 @@ class TelemetrySampler:
                     dev = _Device(lib, handle)
                     self._energy0 = dev.energy_mj()
                     self._thr0 = dev.throttle_counters()
-                    self._t0 = time.perf_counter()
+                    self._t0 = clock.now()
         finally:
             self._ready.set()
         if dev is None:
@@ -421,7 +421,7 @@ class TelemetrySampler:
         while True:
             self.samples.append(
                 Sample(
-                    t_s=time.perf_counter(),
+                    t_s=clock.now(),
                     power_mw=dev.power_mw(),
                     sm_clock_mhz=dev.sm_clock(),
                     mem_clock_mhz=dev.mem_clock(),
@@ -431,7 +431,7 @@ class TelemetrySampler:
             )
             if self._stop.wait(self.period_s):
                 break
-        self._t1 = time.perf_counter()
+        self._t1 = clock.now()
         self._energy1 = dev.energy_mj()
         self._thr1 = dev.throttle_counters()
 

@@ -23,7 +23,7 @@ the time budget or ``max_samples`` is reached (``stopped_by`` says which).
 from __future__ import annotations
 
 import math
-import time
+from fp4bench import clock
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -136,7 +136,7 @@ class _Sampler:
     """Collects samples until the stop rule fires."""
 
     def __init__(self, cfg: TimingConfig):
-        self.cfg, self.samples, self.t0 = cfg, [], time.perf_counter()
+        self.cfg, self.samples, self.t0 = cfg, [], clock.now()
 
     def done(self) -> str | None:
         n = len(self.samples)
@@ -146,7 +146,7 @@ class _Sampler:
             return None
         if self.cfg.target_rel_ci is not None and median_rel_ci(self.samples) <= self.cfg.target_rel_ci:
             return "ci"
-        if time.perf_counter() - self.t0 >= self.cfg.time_budget_s:
+        if clock.now() - self.t0 >= self.cfg.time_budget_s:
             return "budget"
         return None
 
@@ -198,18 +198,18 @@ def time_cpu(fns: Sequence[Fn], cfg: TimingConfig) -> TimingResult:
         raise ValueError("time_cpu needs at least one callable")
     for i in range(cfg.warmup_calls):
         fns[i % len(fns)]()
-    t = time.perf_counter()
+    t = clock.now()
     fns[0]()
-    n = _calls_for(time.perf_counter() - t, cfg, len(fns), continuous=True)
+    n = _calls_for(clock.now() - t, cfg, len(fns), continuous=True)
     launch = Rotation(fns, n)
     launch.next = 1 % len(fns)  # the sizing call ran copy 0
     s = _Sampler(cfg)
     while (why := s.done()) is None:
-        t0 = time.perf_counter()
+        t0 = clock.now()
         launch()
-        s.samples.append((time.perf_counter() - t0) / n)
+        s.samples.append((clock.now() - t0) / n)
     return TimingResult(s.samples, "cpu perf_counter", n, len(fns), why, median_rel_ci(s.samples),
-                        note="CPU-only backend: wall clock, not GPU time", wall_s=time.perf_counter() - s.t0)
+                        note="CPU-only backend: wall clock, not GPU time", wall_s=clock.now() - s.t0)
 
 
 def time_gpu(fns: Sequence[Fn], cfg: TimingConfig, device: torch.device, no_graph_reason: str | None = None,
@@ -348,7 +348,7 @@ def sample(unit: Replay, cfg: TimingConfig, stream: torch.cuda.Stream, device: t
             end.record(stream)
             end.synchronize()
             s.samples.append(start.elapsed_time(end) / 1e3 / n)
-    out = Sampled(s.samples, why, time.perf_counter() - s.t0, unit.method)
+    out = Sampled(s.samples, why, clock.now() - s.t0, unit.method)
     if names is not None:
         out.extra["kernels"] = names
         out.note = "eager launches: event span per call (launch gaps included), not CUPTI busy time"
@@ -419,8 +419,8 @@ def energy(unit: Replay, window_s: float, device: torch.device) -> dict[str, Any
 
     replays = 0
     with for_device(device, min_energy_window_s=min(1.0, window_s)) as tel:
-        t_end = time.perf_counter() + window_s
-        while time.perf_counter() < t_end:
+        t_end = clock.now() + window_s
+        while clock.now() < t_end:
             for _ in range(8):
                 unit.launch()
             replays += 8

@@ -13,7 +13,7 @@ telemetry per side and round) and ``$GITHUB_STEP_SUMMARY`` the markdown verdict.
 from __future__ import annotations
 
 import sys
-import time
+from fp4bench import clock
 from pathlib import Path
 from typing import Any
 
@@ -137,13 +137,13 @@ class AbPlugin:
         verbose = self.config.get_verbosity() > 0
         runner = AbRunner(Side(item.against, self.env_a), Side(sys.executable), cfg,
                           progress=self._echo if verbose else (lambda line: None))
-        t0, last = time.monotonic(), [time.monotonic()]
+        t0, last = clock.now(), [clock.now()]
         interval = opt("fp4_progress")
 
         def on_pair(i: int, n: int, pair) -> None:
             from fp4bench.plugin.console import progress_line
 
-            now = time.monotonic()
+            now = clock.now()
             if interval > 0 and now - last[0] >= interval and i < n:
                 last[0] = now
                 self._echo(progress_line(i, n, now - t0, unit="A/B benchmarks"))

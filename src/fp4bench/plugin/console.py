@@ -13,7 +13,7 @@ Registered as a plugin by ``fp4bench.plugin``; its per-run state lives in ``conf
 
 from __future__ import annotations
 
-import time
+from fp4bench import clock
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -55,7 +55,7 @@ class Tracker:
     """The run's fp4bench cases: planned (collected and selected), finished (with outcome)."""
 
     interval_s: float = PROGRESS_DEFAULT_S
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = clock.now
     planned: list[str] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
     t0: float | None = None

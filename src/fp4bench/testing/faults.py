@@ -22,7 +22,7 @@ Use: ``pytest bench --fp4-plugin fp4bench.testing.faults --fp4-backends fault-ze
 from __future__ import annotations
 
 import os
-import time
+from fp4bench import clock
 
 import torch
 
@@ -95,7 +95,7 @@ class Hang(_Fault):
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         while True:
-            time.sleep(3600)
+            clock.sleep(3600)
 
 
 SIMULATED_STICKY = "CUDA error: device-side assert triggered (simulated by fault-sticky on a CPU-only machine)"

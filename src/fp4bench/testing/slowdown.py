@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
+from fp4bench import clock
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -213,9 +213,9 @@ class Spin:
         call()
         times = []
         for _ in range(self.reps):
-            t = time.perf_counter()
+            t = clock.now()
             call()
-            times.append(time.perf_counter() - t)
+            times.append(clock.now() - t)
         return statistics.median(times)
 
     def calibrate(self, call: Callable[[], Any], fraction: float, device: torch.device) -> Calibration:
@@ -259,8 +259,8 @@ class Spin:
         if device.type == "cuda":
             self._clocks[device].spin(cal.cycles)
             return
-        end = time.perf_counter() + cal.added_s
-        while time.perf_counter() < end:
+        end = clock.now() + cal.added_s
+        while clock.now() < end:
             pass
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 import sys
 import threading
-import time
+from fp4bench import clock
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -146,7 +146,7 @@ class UnitRunner:
                                                   timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0)),
                                        label=f"GPU {g.index} worker") for g in gpus}
         self._pool = ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="fp4bench-unit")
-        self._t0 = time.monotonic()
+        self._t0 = clock.now()
         self._stopping = threading.Event()  # set on Ctrl-C: no request is sent, no worker restarted
 
     # -- workers ---------------------------------------------------------------------------
@@ -198,7 +198,7 @@ class UnitRunner:
 
     # -- the check --------------------------------------------------------------------------
     def run(self, sweep_for: Callable[[dict], SweepOptions] | None = None) -> UnitsRun:
-        self._t0 = time.monotonic()
+        self._t0 = clock.now()
         out = UnitsRun(self.units, [], self.cfg.settings, window_samples=self.cfg.window_samples)
         try:
             list(self._pool.map(self._start, self.units))
@@ -249,7 +249,7 @@ class UnitRunner:
             for x in bench.units.values())
 
     def _elapsed(self) -> float:
-        return time.monotonic() - self._t0
+        return clock.now() - self._t0
 
     def _window(self, unit: Unit, bench: UnitBench, case: dict[str, Any]) -> None:
         """One window of ``bench`` on ``unit`` (after its check, the first time)."""
@@ -260,13 +260,13 @@ class UnitRunner:
         dead = bool(unit.dead)
         try:
             if part.status == "pending":
-                t0 = time.perf_counter()
+                t0 = clock.now()
                 reply = self._ask(unit, {"op": "check", "case": case}, f"check {bench.name}")
                 part.status, part.reason = reply.get("status", "failed"), reply.get("reason", "")
                 if part.status != "measured":
                     self.progress(f"{where} {bench.name}: {part.status} ({part.reason.splitlines()[0][:200] if part.reason else ''})")
                     return
-                self.progress(f"{where} checked {bench.name} in {time.perf_counter() - t0:.1f} s")
+                self.progress(f"{where} checked {bench.name} in {clock.now() - t0:.1f} s")
             reply = self._ask(unit, {"op": "time", "case": case, "samples": self.cfg.window_samples,
                                      "kernel_time": False}, f"window {len(part.windows) + 1} of {bench.name}")
             if reply.get("status") == "measured":
