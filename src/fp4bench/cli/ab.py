@@ -125,10 +125,10 @@ def _ab(args: argparse.Namespace) -> int:
             from fp4bench.ab.multi import run_on_gpus
 
             measured = merge(run_on_gpus(gpus, *sides, cfg, sweep_for, only=only), cfg.settings)
-        ran = {p.name for p in measured.pairs} | set(measured.not_reached)
-        if only and not only <= ran:
-            raise ValueError(f"--only: the sweep has no benchmark {', '.join(sorted(only - ran))} "
-                             "(give the sweep options of the run that named it)")
+        listed = set(runner.listed or []) if gpus is None else {p.name for p in measured.pairs}
+        if only and not only <= listed | set(measured.not_reached):
+            raise ValueError(f"--only: the sweep has no benchmark {', '.join(sorted(only - listed))} (give the "
+                             f"sweep options of the run that named it); it has {', '.join(sorted(listed)) or 'none'}")
         if args.backends:
             unknown_backends(split_list(args.backends, "--backends"), {n for v in measured.known_backends.values() for n in v})
         result = judge(measured, policy)
