@@ -115,8 +115,8 @@ class Bisect:
             return self._outcome(CULPRIT, culprit=vs[hi], previous=vs[lo], interval=(vs[lo], vs[hi]))
         if pair.slower:
             return self._outcome(UNDECIDED, interval=(vs[lo], vs[hi]),
-                                 reason=f"{vs[hi]} or one of {', '.join(between)} (which could not be built) "
-                                        f"made it slower")
+                                 reason=f"{vs[hi]} or {' or '.join(between)} made it slower (not built: "
+                                        f"{', '.join(between)})")
         if pair.status == "INCOMPLETE":
             return self._outcome(UNDECIDED, interval=(vs[lo], vs[hi]), reason=f"ab {vs[lo]} -> {vs[hi]} was incomplete")
         usable = [v for v in vs if self.venv(v) is not None]

@@ -125,7 +125,7 @@ def _ab(args: argparse.Namespace) -> int:
             from fp4bench.ab.multi import run_on_gpus
 
             measured = merge(run_on_gpus(gpus, *sides, cfg, sweep_for, only=only), cfg.settings)
-        listed = set(runner.listed or []) if gpus is None else {p.name for p in measured.pairs}
+        listed = (set(runner.listed or []) if gpus is None else {p.name for p in measured.pairs}) if only else set()
         if only and not only <= listed | set(measured.not_reached):
             raise ValueError(f"--only: the sweep has no benchmark {', '.join(sorted(only - listed))} (give the "
                              f"sweep options of the run that named it); it has {', '.join(sorted(listed)) or 'none'}")

@@ -273,8 +273,8 @@ OPTIONS: tuple[Option, ...] = (
     # --- bisect: which release made the failing benchmarks slower
     Option("only", "benchmark ids to run, comma-separated, as the verdict and the report name them (default: "
            "every benchmark of the sweep)", ("ab", "bisect"),
-           per_front={"bisect": {"help": "the failing benchmark ids, comma-separated (or --failed); each step's ab "
-                                         "runs only these"}}),
+           per_front={"bisect": {"help": "the failing benchmark ids, comma-separated; each step's ab runs only "
+                                         "these (default: --failed's)"}}),
     Option("failed", "a verdict JSON (fp4bench ab / compare / pytest --fp4-verdict-json): its FAIL benchmarks are "
            "the ones bisected (default: --only)", ("bisect",), metavar="VERDICT_JSON"),
     Option("wheels", "a local folder of the package's wheels/sdists: releases listed and installed from it, "
