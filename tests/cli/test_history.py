@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from fakes.approvals import approve_and_commit, candidate, git_repo
 from fp4bench.cli.main import main
 
@@ -45,9 +43,3 @@ def test_approve_refuses_drift_and_accept_drift_records_it(tmp_path, capsys):
     repo_run = str(candidate(repo, 5))
     assert main(["baseline", "approve", repo_run, "--baselines", root, "--accept-drift"]) == 0
     assert "drift accepted and recorded in its approval record" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("cmd", ["bisect", "history"])
-def test_help_exits_zero(cmd, capsys):
-    assert main([cmd, "--help"]) == 0
-    assert f"usage: fp4bench {cmd}" in capsys.readouterr().out
