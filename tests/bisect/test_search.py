@@ -113,3 +113,16 @@ def test_a_state_of_another_bisect_is_refused(tmp_path):
     (tmp_path / "t.json").write_text("[]")
     with pytest.raises(StateError, match="not a fp4bench-bisect state"):
         State.open(tmp_path / "t.json", KEY)
+
+
+def test_an_incomplete_step_stops_the_bisect_and_is_measured_again_by_the_rerun(tmp_path):
+    from fp4bench.bisect.step import Step
+
+    times = call_s("0.7.2", 0.08)
+    state = State.open(tmp_path / "state.json", KEY)
+    cut = lambda a, va, b, vb: Step(a, b, "INCOMPLETE", {}, "interrupted")  # noqa: E731
+    out = Bisect(list(VERSIONS), _builder(), cut, state).run()
+    assert out.kind == UNDECIDED and "was incomplete" in out.reason
+    assert not (tmp_path / "state.json").exists()  # nothing kept
+    log = []
+    assert _bisect(tmp_path, times, log=log).culprit == "0.7.2" and log[0] == (VERSIONS[0], VERSIONS[-1])

@@ -12,7 +12,8 @@ until two neighbours remain, then ``ab`` of that pair.
 
 ``build(version)`` returns the release's venv or raises ``ReleaseBroken``; ``measure`` is the
 step (``step.ab_measure``, or a fake in tests). Every step and every broken release goes into the
-``State`` as it happens: a rerun takes them from there instead of measuring again.
+``State`` as it happens (an INCOMPLETE step is not kept): a rerun takes them from there instead of
+measuring again.
 """
 
 from __future__ import annotations
@@ -73,11 +74,13 @@ class Bisect:
 
     def ab(self, a: str, b: str, tried: bool = True) -> Step:
         """``b`` against ``a``, from the state when measured before; ``tried``: a step of the
-        bisection (the per-step table of a cumulative range is not)."""
+        bisection (the per-step table of a cumulative range is not). An INCOMPLETE step (ab judged
+        less than asked, e.g. interrupted) is not kept: a rerun measures it again."""
         step = self.state.steps.get((a, b))
         if step is None:
             step = self.measure(a, self.venv(a), b, self.venv(b))
-            self.state.record(step)
+            if step.status != "INCOMPLETE":
+                self.state.record(step)
         if tried:
             self.tried.append(step)
         return step
