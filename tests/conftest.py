@@ -60,3 +60,18 @@ def bench(pytester: pytest.Pytester) -> pytest.Pytester:
 
     pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
     return pytester
+
+
+@pytest.fixture
+def sim_workers(monkeypatch: pytest.MonkeyPatch):
+    """Every fp4bench worker the test starts (``fp4bench ab``, ``fp4bench units``, ``--fp4-isolate``)
+    is an in-process fake answering the worker protocol on a simulated clock
+    (``fakes/inproc_worker.py``); the fake environments of tests/fakes (``ab_env``) importable as
+    in a worker started with ``PYTHONPATH=tests/fakes``. Yields the ``World``: its clock, its
+    processes, and ``behaviour_of`` to change what the processes started next do."""
+    from fakes import inproc_worker as inproc
+    from fakes.paths import FAKES
+
+    monkeypatch.syspath_prepend(str(FAKES))
+    with inproc.workers() as world:
+        yield world

@@ -31,6 +31,9 @@ from fakes.pytest_run import BENCH_FILE
 from fakes.paths import FAKES as FAKES_PATH
 
 pytest_plugins = ["pytester"]
+#: every worker is an in-process fake on a simulated clock (tests/conftest.py); the ab_env
+#: backend reads each fake process's own environment, so a side's variables act as in a real worker
+pytestmark = pytest.mark.usefixtures("sim_workers")
 
 FAKES = str(FAKES_PATH)
 SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
@@ -179,10 +182,10 @@ def test_replicates_alternate_and_every_process_is_timed_every_round(slow_b):
 def test_workers_import_together_and_start_one_at_a_time_in_start_order(monkeypatch):
     """Every process is launched (it imports torch and the harness) before the first handshake;
     the handshakes (CUDA context, backends) then go one at a time in ``start_order``."""
-    from fp4bench.run.worker.pool import Worker
+    from fakes.inproc_worker import InprocWorker
 
     events: list[tuple[str, str]] = []
-    launch, start = Worker.launch, Worker.start
+    launch, start = InprocWorker.launch, InprocWorker.start
 
     def logged_launch(self):
         events.append(("launch", self.spec.env.get("SIDE", "")))
@@ -192,8 +195,8 @@ def test_workers_import_together_and_start_one_at_a_time_in_start_order(monkeypa
         events.append(("start", self.spec.env.get("SIDE", "")))
         return start(self)
 
-    monkeypatch.setattr(Worker, "launch", logged_launch)
-    monkeypatch.setattr(Worker, "start", logged_start)
+    monkeypatch.setattr(InprocWorker, "launch", logged_launch)
+    monkeypatch.setattr(InprocWorker, "start", logged_start)
     a = Side(sys.executable, {"PYTHONPATH": FAKES, "SIDE": "A"})
     runner = AbRunner(a, Side(a.python, {**a.env, "SIDE": "B"}), _cfg(replicates=2), progress=lambda line: None)
     try:
@@ -416,7 +419,7 @@ def test_worker_round_carries_nvml_telemetry_only_where_it_is_read(monkeypatch):
     from fp4bench.workload.problems import GemmProblem
     from fp4bench.run.worker import protocol
     from fp4bench.run.worker.child import Child
-    from test_telemetry import GPU0, FakeNVML
+    from fakes.nvml import GPU0, FakeNVML
 
     child = Child({"device": "cpu", "seed": 0})
     req = {"case": protocol.encode_case("torch-bf16", GemmProblem(4, 64, 64), "default"), "samples": 3}

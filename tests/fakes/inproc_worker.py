@@ -44,8 +44,9 @@ callable ``behaviour(spec) -> Behaviour`` (units: key on ``spec.env["CUDA_VISIBL
 Faults: ``Behaviour.fault(process, request)`` is asked before every request (``init`` included)
 and returns None or one of ``"crash"`` (the process dies, as by SIGABRT: the parent sees EOF),
 ``"hang"`` (no answer: the simulated clock moves to the request's timeout, the parent kills
-it; so does any request whose simulated time would pass the timeout, ``fault-hang`` included), ``"fatal"`` (the reply reports a poisoned CUDA context and the process exits), ``"error"``
-(init only: the child cannot start and says so). ``Behaviour.kernel_s(process, call_s)`` may
+it; so does any request whose simulated time would pass the timeout, ``fault-hang`` included), ``"fatal"`` (the reply reports a poisoned CUDA context and the process exits), ``"error"`` or
+``"error: why"`` (init only: the child cannot start and says ``RuntimeError: why``). Which GPU a
+process was pinned to is in ``process.spec.env`` (``CUDA_VISIBLE_DEVICES``). ``Behaviour.kernel_s(process, call_s)`` may
 replace a call's time (drift, a slow benchmark) and may call ``process.crash()`` /
 ``process.hang()`` to die or hang in the middle of a timed call; ``os.abort()`` in a fake process
 (``fault-abort``) kills that process only. ``at_call(n, "crash", once=True)``
@@ -263,8 +264,9 @@ class InprocWorker(Worker):
         if what == "hang":
             self._silent = True
             return
-        if what == "error" and req.get("op") == "init":
-            self._reply, p.exit_status = protocol.dumps({"type": "error", "error": "RuntimeError: simulated"}), 2
+        if what and what.startswith("error") and req.get("op") == "init":
+            why = what.partition(":")[2].strip() or "simulated"
+            self._reply, p.exit_status = protocol.dumps({"type": "error", "error": f"RuntimeError: {why}"}), 2
             return
         timeout = self.spec.start_timeout_s if req.get("op") == "init" else self.spec.timeout_s
         try:
