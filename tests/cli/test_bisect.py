@@ -5,6 +5,7 @@ the simulated releases (``fakes.bisect_releases``): the table, the culprit and i
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from fp4bench.bisect.search import ReleaseBroken
 from fp4bench.cli.main import main
 
 BENCH = "flashinfer-cutlass-default-glm5"
+SIM_BENCH = "sim-bf16-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256"
 
 
 def _index(tmp_path: Path) -> str:
@@ -42,7 +44,7 @@ def simulated(monkeypatch):
 
     monkeypatch.setattr(venvs.VenvBuilder, "__call__", build)
     monkeypatch.setattr(venvs.VenvBuilder, "base", lambda self: {"site": [], "python": "3"})
-    monkeypatch.setattr(step, "ab_measure", lambda names, floor, ab_args="", python=None:
+    monkeypatch.setattr(step, "ab_measure", lambda names, floor, ab_args, run_ab:
                         sim_measure(call_s("0.7.2.post1", 0.08), floor, benchmark=names[0]))
     return built
 
@@ -109,3 +111,37 @@ def test_stack_files_as_the_ends(tmp_path, simulated, capsys, monkeypatch):
     (tmp_path / "none.txt").write_text("torch==2.13.0\n")
     assert main(["bisect", PACKAGE, str(tmp_path / "none.txt"), str(bad), "--only", BENCH]) == 2
     assert "the stack file pins no flashinfer-python" in capsys.readouterr().err
+
+
+def test_a_bisect_through_fp4bench_ab_on_simulated_workers(tmp_path, capsys, monkeypatch):
+    """The real ``fp4bench ab`` (in-process workers on the simulated clock, ``fakes.inproc_worker``)
+    judges every step: each venv's workers take its release's kernel time, +8 % from 0.7.2 on."""
+    from fakes import inproc_worker as inproc
+
+    times = call_s("0.7.2", 0.08)
+
+    def build(self, v):
+        (Path(self.cache) / v / "bin").mkdir(parents=True, exist_ok=True)
+        python = Path(self.cache) / v / "bin" / "python"
+        if not python.exists():
+            python.symlink_to(sys.executable)
+        return Path(self.cache) / v
+
+    def behaviour(spec):
+        v = Path(spec.python).parent.parent.name
+        return inproc.Behaviour(call_s=times[v], process_sd=0.003, call_sd=0.01, version=v, check_s=0.1)
+
+    monkeypatch.setattr(venvs.VenvBuilder, "__call__", build)
+    monkeypatch.setattr(venvs.VenvBuilder, "base", lambda self: {"site": [], "python": "3"})
+    monkeypatch.chdir(tmp_path)
+    ab_args = (f"--plugin {inproc.PLUGIN} --backends {inproc.BACKEND} --kinds dense --batches 1 --tp 8 --device cpu "
+               "--replicates 2 --rounds 4 --max-rounds 4 --round-samples 5")
+    with inproc.workers(behaviour):
+        code = main(["bisect", PACKAGE, "0.7.1", "0.7.4", "--only", SIM_BENCH, "--index", _index(tmp_path),
+                     "--no-prepare", "--ab-args", ab_args])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "culprit: flashinfer-python 0.7.2 (slower than 0.7.1, the release before it)" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| 0.7.2 | 0.7.1 |"))
+    assert 6.0 < float(row.split("|")[3].strip().rstrip("%")) < 10.0 and "FAIL" in row
+    assert "verdict" in err and "benchmark" in err  # ab's own report, on stderr

@@ -9,9 +9,9 @@ those of the benchmark with the largest Δ.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -85,23 +85,25 @@ def from_verdict(a: str, b: str, doc: dict[str, Any], benchmarks: Sequence[str])
 Measure = Callable[[str, Path, str, Path], Step]
 
 
-def ab_measure(benchmarks: Sequence[str], floor_pct: float, ab_args: str = "",
-               python: str = sys.executable) -> Measure:
-    """A ``Measure`` that runs ``python -m fp4bench ab --a A --b B --only ... --floor ...`` plus
-    ``ab_args`` (the sweep options of the failing run: the benchmark ids depend on them) and reads
-    its verdict JSON."""
+def ab_measure(benchmarks: Sequence[str], floor_pct: float, ab_args: str, run_ab: Callable[[list[str]], int]
+               ) -> Measure:
+    """A ``Measure`` that runs ``fp4bench ab --a A --b B --only ... --floor ... --verdict-json ...``
+    plus ``ab_args`` (the sweep options of the failing run: the benchmark ids depend on them)
+    through ``run_ab`` (the command's entry point, ``cli.ab.ab_main``: its workers run in the two
+    venvs) and reads its verdict JSON. ab's report goes to stderr, with its progress."""
     extra = shlex.split(ab_args)
 
     def measure(a: str, a_venv: Path, b: str, b_venv: Path) -> Step:
         with tempfile.TemporaryDirectory(prefix="fp4bench-bisect-") as tmp:
             out = Path(tmp) / "ab.json"
-            cmd = [python, "-m", "fp4bench", "ab", "--a", str(a_venv), "--b", str(b_venv), "--only",
-                   ",".join(benchmarks), "--floor", f"{floor_pct:g}", "--verdict-json", str(out), *extra]
+            argv = ["--a", str(a_venv), "--b", str(b_venv), "--only", ",".join(benchmarks), "--floor",
+                    f"{floor_pct:g}", "--verdict-json", str(out), *extra]
             print(f"bisect: fp4bench ab {a} -> {b}", file=sys.stderr, flush=True)
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL)
-            if proc.returncode == 2 or not out.is_file():
-                raise RuntimeError(f"fp4bench ab {a} -> {b} exited {proc.returncode} without a verdict: "
-                                   f"{shlex.join(cmd)}")
+            with contextlib.redirect_stdout(sys.stderr):
+                code = run_ab(argv)
+            if code == 2 or not out.is_file():
+                raise RuntimeError(f"fp4bench ab {a} -> {b} exited {code} without a verdict: "
+                                   f"fp4bench ab {shlex.join(argv)}")
             try:
                 return from_verdict(a, b, json.loads(out.read_text()), benchmarks)
             except (VerdictJsonError, ValueError, KeyError) as exc:

@@ -106,7 +106,9 @@ def _bisect(args: argparse.Namespace) -> int:
             print(f"held at GOOD's pins (the bad stack changes them too; bisect them separately): {', '.join(held)}")
     print(f"bisecting {args.package}: {len(versions)} releases {', '.join(versions)}; benchmarks: {', '.join(names)}")
     print(f"state: {state_path} (a rerun resumes from it)")
-    search = Bisect(versions, build, ab_measure(names, args.floor, args.ab_args), state)
+    from fp4bench.cli.ab import ab_main
+
+    search = Bisect(versions, build, ab_measure(names, args.floor, args.ab_args, ab_main), state)
     try:
         outcome = search.run()
     except KeyboardInterrupt:
@@ -119,5 +121,7 @@ def _bisect(args: argparse.Namespace) -> int:
         return EXIT_INCOMPLETE
     page = source.page(args.package, outcome.culprit) if outcome.culprit else None
     print_safely(render(args.package, outcome, args.floor, page))
+    if outcome.kind == "undecided":
+        print(f"the same command again resumes from {state_path} (an incomplete step is measured again)")
     return {"culprit": EXIT_REGRESSION, "cumulative": EXIT_REGRESSION, "not reproduced": EXIT_OK}.get(
         outcome.kind, EXIT_INCOMPLETE)
