@@ -183,3 +183,13 @@ def test_no_visible_gpu_is_a_usage_error(capsys, monkeypatch):
     monkeypatch.setenv("FP4BENCH_FAKE_GPUS", "0")
     assert ab_main(_cli()) == EXIT_USAGE
     assert "--gpus all: no GPU is visible" in capsys.readouterr().err
+
+
+def test_only_runs_just_those_benchmarks_spread_over_the_gpus(host, capsys):
+    """``--only`` with ``--gpus``: the named benchmarks and nothing else, none counted as not reached."""
+    out = host / "ab.json"
+    names = "ab-spin-t0-glm-5-b1-tp8-uniform-shared_down-m1n6144k256,ab-spin-t1-glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144"
+    assert ab_main(_cli("--only", names, "--verdict-json", str(out))) == 0, capsys.readouterr().out
+    js = json.loads(out.read_text())
+    assert sorted(r["name"] for r in js["benchmarks"]) == sorted(names.split(","))
+    assert js["evidence"]["not_reached"] == []
