@@ -126,3 +126,4 @@ def test_an_incomplete_step_stops_the_bisect_and_is_measured_again_by_the_rerun(
     assert not (tmp_path / "state.json").exists()  # nothing kept
     log = []
     assert _bisect(tmp_path, times, log=log).culprit == "0.7.2" and log[0] == (VERSIONS[0], VERSIONS[-1])
+

@@ -14,7 +14,7 @@ from fakes.approvals import FLOOR, NAMES, approve_and_commit, candidate, git, gi
 from fp4bench.gate.approve import approve
 from fp4bench.gate.baseline import BaselineError, load_baseline
 from fp4bench.gate.drift import DriftSettings
-from fp4bench.gate.history import approvals, medians, stack_changes
+from fp4bench.gate.history import approvals, medians, read_history, stack_changes
 from fp4bench.gate.slim import write_slim
 
 
@@ -66,15 +66,20 @@ def test_history_keys_approvals_by_their_record_not_by_commit(repo):
     for k in range(3):
         approve_and_commit(repo, k, flashinfer="0.7.2.post1" if k < 2 else "0.7.4")
     dest = repo / "baselines" / "nvidia-h200" / "approved.json"
-    data = json.loads(dest.read_text())
-    dest.write_text(json.dumps(data, indent=4))  # a re-serialization: not an approval
+    good = dest.read_text()
+    dest.write_text(json.dumps(json.loads(good), indent=4))  # a re-serialization: not an approval
     git(repo, "commit", "-qam", "reformat")
+    dest.write_text("{not json")  # a version no reader accepts: named, not an approval
+    git(repo, "commit", "-qam", "broken")
+    dest.write_text(good)
     write_slim(load_baseline(dest), dest)  # a migration keeps the record: not an approval either
     (repo / "other.txt").write_text("x")
     git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "unrelated")
-    hist = approvals(dest)
+    git(repo, "commit", "-qm", "migrated, and an unrelated file")
+    hist, unreadable = read_history(dest)
     assert [a.baseline.approval["at"] for a in hist] == ["20260101T000000Z", "20260102T000000Z", "20260103T000000Z"]
+    assert len(unreadable) == 1 and "approved.json@" in unreadable[0]
+    assert approvals(dest) == hist
     med = medians(hist)
     assert [round(m / med[NAMES[0]][0] - 1, 3) for m in med[NAMES[0]]] == [0.0, 0.015, 0.030]
     assert stack_changes(hist)[2] == [("flashinfer", "0.7.2.post1", "0.7.4")] and stack_changes(hist)[1] == []

@@ -63,6 +63,13 @@ class Step:
                    str(d.get("summary", "")))
 
 
+def case_id(name: str) -> str:
+    """The benchmark id ``fp4bench ab`` knows a benchmark by: a pytest run's verdict names it by its
+    node (``bench/test_fp4_gemm.py::test_dense[<id>]``), ab by the id in the brackets."""
+    head, sep, rest = name.partition("[")
+    return rest[:-1] if sep and "::" in head and rest.endswith("]") else name
+
+
 def from_verdict(a: str, b: str, doc: dict[str, Any], benchmarks: Sequence[str]) -> Step:
     """The step of a verdict JSON of ``fp4bench ab``: the rows of ``benchmarks``; a benchmark it
     does not hold makes the step INCOMPLETE."""

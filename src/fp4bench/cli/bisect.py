@@ -59,8 +59,10 @@ def benchmarks(args: argparse.Namespace) -> list[str]:
         raise ValueError("name the failing benchmarks: --failed VERDICT.json or --only IDS (one of them)")
     if args.only:
         return split_list(args.only, "--only")
+    from fp4bench.bisect.step import case_id
+
     try:
-        return failing(json.loads(Path(args.failed).read_text()), f"--failed {args.failed}")
+        return [case_id(n) for n in failing(json.loads(Path(args.failed).read_text()), f"--failed {args.failed}")]
     except OSError as exc:
         raise ValueError(f"--failed {args.failed}: cannot read it ({exc.strerror})") from None
     except (VerdictJsonError, ValueError) as exc:

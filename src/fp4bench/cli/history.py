@@ -9,6 +9,7 @@ and its change from the first to the last. ``--plot``: the same as a PNG.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -27,16 +28,18 @@ def history_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from fp4bench.gate.history import HistoryError, approvals, medians, stack_changes
+    from fp4bench.gate.history import HistoryError, medians, read_history, stack_changes
     from fp4bench.outputs import OutputError, check_output
     from fp4bench.report.history import approvals_lines, medians_table
 
     try:
         if args.plot:
             check_output(args.plot, "--plot", inputs=[args.baseline], force=args.force)
-        history = approvals(args.baseline)
+        history, unreadable = read_history(args.baseline)
     except (HistoryError, OutputError) as exc:
         return fail(PROG, exc)
+    for line in unreadable:
+        print(f"{PROG}: not read (no approval counted): {line}", file=sys.stderr)
     if not history:
         return fail(PROG, f"{args.baseline}: no committed version carries an approval record "
                           "(fp4bench baseline approve writes one)")

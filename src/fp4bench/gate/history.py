@@ -59,6 +59,12 @@ def record_key(approval: dict) -> str:
 
 def approvals(path: str | os.PathLike[str]) -> list[Approved]:
     """Every approval of ``path`` in the history of the git repository it is in, oldest first."""
+    return read_history(path)[0]
+
+
+def read_history(path: str | os.PathLike[str]) -> tuple[list[Approved], list[str]]:
+    """(the approvals of ``path``, oldest first; one line per committed version no reader accepts:
+    its commit and why)."""
     p = Path(path).absolute()
     if not p.parent.is_dir():
         raise HistoryError(f"{p}: the folder {p.parent} does not exist")
@@ -67,19 +73,23 @@ def approvals(path: str | os.PathLike[str]) -> list[Approved]:
     log = _git(top, "log", "--format=%H %cI", "--", rel).split()
     if not log:
         raise HistoryError(f"{path}: no commit of it in the repository at {top}")
-    out, seen = [], set()
+    out, seen, unreadable = [], set(), []
     for commit, date in reversed(list(zip(log[::2], log[1::2]))):
         try:
             text = _git(top, "show", f"{commit}:{rel}")
+        except HistoryError:
+            continue  # deleted at that commit
+        try:
             base = parse_text(text, f"{rel}@{commit[:10]}")
-        except (HistoryError, BaselineError):
-            continue  # deleted at that commit, or a version no reader accepts: not an approval
+        except BaselineError as exc:
+            unreadable.append(f"{commit[:10]} {date[:10]}: {exc}")
+            continue
         key = record_key(base.approval)
         if not base.approval or key in seen:
             continue
         seen.add(key)
         out.append(Approved(commit, date, base))
-    return out
+    return out, unreadable
 
 
 def median_s(rec: BenchmarkRecord) -> float:
