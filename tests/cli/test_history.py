@@ -16,7 +16,8 @@ def test_history_prints_each_approval_and_median_and_plots(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"{dest}: 3 approvals" in out
     assert "#3 " in out and "stack: flashinfer 0.7.2.post1→0.7.4" in out
-    row = next(ln for ln in out.splitlines() if ln.startswith("bench/test_fp4.py::test_gemm[m1] "))
+    assert "benchmarks: bench/test_fp4.py::..." in out  # the shared prefix, once
+    row = next(ln for ln in out.splitlines() if ln.startswith("test_gemm[m1] "))
     assert row.split()[1:7] == ["20", "µs", "20.3", "µs", "20.6", "µs"] and row.split()[-1] == "+3.0%"  # 1.015^2
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["history", str(dest), "--plot", str(png)]) == 2  # exists: --force

@@ -9,6 +9,7 @@ from typing import Sequence
 
 from fp4bench.gate.history import Approved
 from fp4bench.report.tables import format_seconds
+from fp4bench.report.textfit import common_prefix, fit_table
 
 Change = list[tuple[str, object, object]]
 
@@ -35,22 +36,24 @@ def approvals_lines(history: Sequence[Approved], changes: Sequence[Change]) -> l
 
 def medians_table(history: Sequence[Approved], medians: dict[str, list[float | None]]) -> list[str]:
     """Each benchmark's median at each approval, and its change from the first approval that has it
-    to the last."""
+    to the last; lines of at most 160 characters (``textfit``), the names' shared ``...::`` prefix
+    said once above the table."""
+    prefix = common_prefix(list(medians))
     head = ["benchmark", *(f"#{i}" for i in range(1, len(history) + 1)), "Δ first→last"]
     rows = []
     for name, ms in medians.items():
         known = [m for m in ms if m is not None]
         delta = f"{(known[-1] / known[0] - 1) * 100:+.1f}%" if len(known) > 1 else "-"
-        rows.append([name, *("-" if m is None else format_seconds(m) for m in ms), delta])
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return [fmt(head), "  ".join("-" * w for w in widths), *map(fmt, rows)]
+        rows.append([name[len(prefix):], *("-" if m is None else format_seconds(m) for m in ms), delta])
+    lines = fit_table(head, rows, [False] + [True] * (len(head) - 1), wrap=0)
+    return ([f"benchmarks: {prefix}..."] if prefix else []) + lines
 
 
 def history_plot(history: Sequence[Approved], medians: dict[str, list[float | None]], changes: Sequence[Change],
                  out: Path, title: str) -> Path:
     """PNG: each benchmark's change against its first approval (%), one marker per approval, a
-    dashed vertical line at each approval whose stack changed, labelled with the change."""
+    dashed vertical line before each approval whose stack changed, labelled with the change, and a
+    dotted red one at each approval that accepted drift."""
     from fp4bench.report.plots import _save, plt
 
     x = list(range(1, len(history) + 1))
@@ -65,6 +68,11 @@ def history_plot(history: Sequence[Approved], medians: dict[str, list[float | No
             ax.axvline(i - 0.5, color="grey", ls="--", lw=1)
             ax.annotate(describe(ch), (i - 0.5, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
                         va="top", ha="right", color="dimgrey")
+    for i, a in zip(x, history):
+        if (a.baseline.approval.get("drift") or {}).get("accepted"):
+            ax.axvline(i, color="#d62728", ls=":", lw=1)
+            ax.annotate("drift accepted", (i, 0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                        va="bottom", ha="right", color="#d62728")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, [f"#{i}\n{a.label}" for i, a in zip(x, history)], fontsize=7)
     ax.set_xlabel("approval (commit, date)")
