@@ -17,7 +17,7 @@ from fp4bench import cli
 
 SRC = str(Path(fp4bench.__file__).resolve().parents[1])
 COMMANDS = ("env", "compare", "power", "fidelity", "baseline", "ab", "workload", "shapes", "report", "prepare",
-            "stack", "units")
+            "stack", "units", "bisect", "history")
 HEAVY = ("torch", "numpy", "scipy")
 
 

@@ -114,3 +114,11 @@ def test_a_document_not_of_the_schema_is_refused_naming_the_key(edit, message):
 def test_what_is_not_an_object_is_refused():
     with pytest.raises(VerdictJsonError, match="verdict JSON must be an object, got list"):
         validate([])
+
+
+def test_failing_names_the_fail_benchmarks_and_refuses_a_document_without_one():
+    from fp4bench.gate.verdict_json import failing
+
+    assert failing(_gate_doc()) == [NAMES[0]]
+    with pytest.raises(VerdictJsonError, match="no benchmark is FAIL"):
+        failing(_ab_doc())

@@ -263,7 +263,7 @@ def test_ab_hands_its_policy_flags_to_its_judge(monkeypatch):
         def __init__(self, *a, **k):
             pass
 
-        def run(self, sweep_for):
+        def run(self, sweep_for, only=None):
             return "run"
 
     monkeypatch.setattr(ab_run, "AbRunner", Runner)

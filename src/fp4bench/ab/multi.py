@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-from typing import Callable
+from typing import Callable, Collection
 
 from fp4bench.ab.config import AbConfig, Side
 
@@ -63,8 +63,9 @@ def pinned(side: Side, gpu: Gpu) -> Side:
 
 def run_on_gpus(gpus: list[Gpu], a: Side, b: Side, cfg: AbConfig,
                 sweep_for: Callable[[dict], SweepOptions] | None = None,
-                progress: Callable[[str], None] | None = None) -> list[GpuPart]:
-    """One ``AbRunner`` per GPU, all at once; each GPU's part (its run, or why it stopped)."""
+                progress: Callable[[str], None] | None = None, only: Collection[str] | None = None) -> list[GpuPart]:
+    """One ``AbRunner`` per GPU, all at once; each GPU's part (its run, or why it stopped).
+    ``only``: the benchmark ids to run (None: every one listed)."""
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     parts = [GpuPart(g.index, g.uuid, g.name) for g in gpus]
     runners = [AbRunner(pinned(a, g), pinned(b, g), cfg, progress=lambda line, g=g: say(f"[GPU {g.index}] {line}"),
@@ -74,7 +75,8 @@ def run_on_gpus(gpus: list[Gpu], a: Side, b: Side, cfg: AbConfig,
         runner, part = runners[i], parts[i]
 
         def mine(names: list[str], by_side: dict) -> list[str]:
-            part.listed, part.planned = list(runner.listed or names), shares(names, by_side, len(gpus))
+            names = [n for n in names if only is None or n in only]
+            part.listed, part.planned = names, shares(names, by_side, len(gpus))
             part.benchmarks = part.planned[i]
             return part.benchmarks
 

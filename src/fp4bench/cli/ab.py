@@ -113,17 +113,22 @@ def _ab(args: argparse.Namespace) -> int:
                        plugins=tuple(args.plugin), cold_l2=args.l2 == "cold", seed=args.seed,
                        max_resident=args.max_resident, placement=args.placement, min_copies=args.min_copies)
         gpus = chosen_gpus(args)
+        only = set(split_list(args.only, "--only")) if args.only else None
         runner = AbRunner(*sides, cfg)
     except ValueError as exc:
         return fail(PROG, exc)
     try:
         if gpus is None:
-            measured = runner.run(sweep_for)
+            measured = runner.run(sweep_for, only=only)
         else:
             from fp4bench.ab.merge import merge
             from fp4bench.ab.multi import run_on_gpus
 
-            measured = merge(run_on_gpus(gpus, *sides, cfg, sweep_for), cfg.settings)
+            measured = merge(run_on_gpus(gpus, *sides, cfg, sweep_for, only=only), cfg.settings)
+        listed = (set(runner.listed or []) if gpus is None else {p.name for p in measured.pairs}) if only else set()
+        if only and not only <= listed | set(measured.not_reached):
+            raise ValueError(f"--only: the sweep has no benchmark {', '.join(sorted(only - listed))} (give the "
+                             f"sweep options of the run that named it); it has {', '.join(sorted(listed)) or 'none'}")
         if args.backends:
             unknown_backends(split_list(args.backends, "--backends"), {n for v in measured.known_backends.values() for n in v})
         result = judge(measured, policy)

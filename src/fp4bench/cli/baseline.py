@@ -43,11 +43,22 @@ def _baseline(args: argparse.Namespace) -> int:
             out = migrate(args.file, args.out)
             print(f"slim baseline written: {out} ({out.stat().st_size} bytes)")
             return 0
-        res = approve(args.candidate, args.baselines, force=args.force)
+        from fp4bench.gate.drift import DriftSettings
+
+        drift = DriftSettings(floor=args.floor / 100, anchor=args.anchor, accept=args.accept_drift)
+        res = approve(args.candidate, args.baselines, force=args.force, drift=drift)
     except BaselineError as exc:
         return fail(prog, exc, None)
     print(f"approved: {res.approved} (slim format; "
           + ("the file it replaced is in git's history)" if res.replaced else "the first approved baseline of this GPU)"))
+    if args.accept_drift:
+        from fp4bench.gate.baseline import load_baseline
+        from fp4bench.gate.drift import DRIFT
+
+        rec = load_baseline(res.approved).approval.get(DRIFT)
+        print(f"drift accepted and recorded in its approval record: {rec['worst']} {rec['cumulative_pct']:+.1f}% since "
+              f"the anchor {rec['anchor']}; this approval is the anchor from now on" if rec else
+              "--accept-drift: no benchmark drifted beyond the floor; nothing recorded")
     if res.unit is not None:
         print(f"this unit's own baseline: {res.unit} (preferred by runs on that GPU)")
     elif res.units:

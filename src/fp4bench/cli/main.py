@@ -27,6 +27,9 @@ commands:
   report RESULTS... --out DIR [--baseline-file BASE]   markdown + PNG plots of saved runs
   prepare [--backends ...]                         build FlashInfer's JIT modules before a run
   stack freeze --runner NAME [--python VENV] [--check]   pin a runner's venv in stack/NAME.txt (or compare)
+  bisect PACKAGE GOOD BAD (--failed VERDICT.json | --only IDS)   which release made the benchmarks slower
+                               (GOOD/BAD: versions or stack files; one cached venv and one ab per step)
+  history BASELINE [--plot PNG]   every approval of an approved baseline in git: medians, stack changes
   --version                    fp4bench's version
 """
 
@@ -39,6 +42,7 @@ COMMANDS = {
     "units": ("fp4bench.cli.units", "units_main"), "workload": ("fp4bench.cli.workload", "workload_main"),
     "shapes": ("fp4bench.cli.shapes", "shapes_main"), "report": ("fp4bench.cli.report", "report_main"),
     "prepare": ("fp4bench.cli.prepare", "prepare_main"), "stack": ("fp4bench.cli.stack", "stack_main"),
+    "bisect": ("fp4bench.cli.bisect", "bisect_main"), "history": ("fp4bench.cli.history", "history_main"),
 }
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from fp4bench.gate.baseline import SECTION, Baseline, BaselineError, load_baseline
 from fp4bench.gate.compatibility import (IncompatibleBaseline, check_same_measurement, describe_test_only,
                                          test_only_backends)
+from fp4bench.gate.drift import DriftSettings, check_drift
 from fp4bench.gate.record import INVALID_FLAGS
 from fp4bench.gate.slim import write_slim
 from fp4bench.gate.store import approved_path, unit_path, utc_stamp
@@ -67,6 +68,7 @@ def approve(
     root: str | os.PathLike[str],
     force: bool = False,
     now: datetime | None = None,
+    drift: DriftSettings | None = None,
 ) -> Approval:
     """Make ``candidate`` (a run's pytest-benchmark JSON, or a slim file) the approved baseline of its
     GPU model, written in the slim format; the file it replaces is what git has.
@@ -80,7 +82,9 @@ def approve(
     gate calls INVALID (``clock_anomaly``/``invalid``: every later comparison of them is INVALID,
     so they would stay ungated). Never, even forced: a run that measured test-only backends (a test
     of the gate), or one whose every benchmark is INVALID (a baseline that judges nothing). The
-    GPU folder comes from the fingerprint's GPU name.
+    GPU folder comes from the fingerprint's GPU name. With ``drift``: also refused (not bypassed
+    by ``force``), a cumulative slowdown since the anchor approval beyond its floor, unless it
+    accepts it, which the approval record then says (``gate.drift``).
     """
     cand = load_baseline(candidate)
     found = test_only_backends(cand.sweep)
@@ -139,8 +143,10 @@ def approve(
                     raise BaselineError(f"{candidate}: replacing {dest}: its run is compute capability {cc_new}, "
                                         f"the approved baseline {cc_old} (same GPU name, another architecture); "
                                         "--force to override")
+    decided = check_drift(cand, dest, drift) if drift is not None else {}
     approved = dataclasses.replace(cand, source=str(dest),
-                                   approval={"from": str(candidate), "at": utc_stamp(now), "forced": bool(force)})
+                                   approval={"from": str(candidate), "at": utc_stamp(now), "forced": bool(force),
+                                             **decided})
     shares = unit_shares(cand)
     paths = {uuid: unit_path(root, cand.fingerprint.gpu_slug, uuid) for uuid in shares}  # every UUID checked first
     write_slim(approved, dest)

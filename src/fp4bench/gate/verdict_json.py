@@ -181,3 +181,13 @@ def _benchmark(b: Any, where: str) -> None:
         _check(isinstance(b[key], list) and all(isinstance(k, str) for k in b[key]), f"{where} {key!r}",
                "a list of kernel names", b[key])
     _check(isinstance(b["evidence"], dict), f"{where} 'evidence'", "an object", b["evidence"])
+
+
+def failing(doc: Any, source: str = "verdict JSON") -> list[str]:
+    """The names of the benchmarks a verdict document judged FAIL (in its order); ``VerdictJsonError``
+    for a document that is not one, or one without a FAIL."""
+    d = validate(doc)
+    names = [b["name"] for b in d["benchmarks"] if b["status"] == Status.FAIL.value]
+    if not names:
+        raise VerdictJsonError(f"{source}: no benchmark is FAIL (outcome {d['outcome']!r}): nothing to bisect")
+    return names

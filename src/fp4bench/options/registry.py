@@ -93,9 +93,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("assume-same-unit", "A and B come from one GPU though their fingerprints lack a UUID: keep the drift "
            "allowance", ("power",), action="store_true", default=False, old={"power": "same-unit"}),
     # --- how the gate decides; the defaults are gate.policy.Policy's (tests/options/test_options.py checks)
-    Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)", (*GATES, "power", "units"),
-           type=percent, default=5.0,
+    Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)",
+           (*GATES, "power", "units", "bisect", "baseline approve"), type=percent, default=5.0,
            per_front={"ab": {"default": 3.0},  # two stacks side by side resolve less than runs minutes apart
+                      "bisect": {"default": 3.0, "help": "smallest slowdown a step of fp4bench ab must show to be "
+                                 "slower, in %% (default %(default)g, ab's)"},
+                      "baseline approve": {"help": "largest cumulative slowdown against the anchor approval a "
+                                           "candidate may carry, in %% (default %(default)g, the gate's floor)"},
                       "units": {"default": 10.0, "help": "smallest slowdown of a unit against its siblings that "
                                 "must fail, in %% (default %(default)g: its guard band, half of it, stays above "
                                 "4.2 %%, the largest offset of one kernel measured between H200 machines)"}}),
@@ -138,12 +142,14 @@ OPTIONS: tuple[Option, ...] = (
            per_front={PYTEST: {"help": "with --fp4-isolate: seconds a case may take (JIT build included) before it "
                                        "is a hang (default %(default)g)"}}),
     Option("python", "the interpreter or venv to use (default: the one running fp4bench)",
-           (PYTEST, "units", "stack freeze"),
+           (PYTEST, "units", "stack freeze", "bisect"),
            per_front={PYTEST: {"help": "with --fp4-isolate: the worker's interpreter or venv (default: this one)"},
                       "units": {"help": "interpreter or venv whose stack every unit runs (default: the one running "
                                         "fp4bench)"},
                       "stack freeze": {"help": "the venv (directory) or interpreter whose packages are frozen or "
-                                               "checked (default: the one running fp4bench)"}}),
+                                               "checked (default: the one running fp4bench)"},
+                      "bisect": {"help": "the base environment (venv or interpreter) each release's venv shares its "
+                                         "packages with, torch included (default: the one running fp4bench)"}}),
     # --- the A/B upgrade gate
     Option("ab-against", "judge this environment (B, the candidate) against another one (A, the current stack: a "
            "python or a venv) on this GPU, interleaved; the selected cases become one A/B test. Write it as "
@@ -224,7 +230,7 @@ OPTIONS: tuple[Option, ...] = (
                                                    "approved.json: use 'baseline approve')"},
                       "report": {"help": "output folder (created; its parent must exist)", "required": True}}),
     Option("force", "do what a safety check refuses: replace an existing output file (never one the command reads)",
-           (PYTEST, "compare", "fidelity", "ab", "units", "report", "baseline approve", "baseline migrate"),
+           (PYTEST, "compare", "fidelity", "ab", "units", "report", "baseline approve", "baseline migrate", "history"),
            action="store_true", default=False,
            per_front={PYTEST: {"help": "let --fp4-verdict-json, --fp4-csv and --fp4-log replace existing files "
                                        "(never a file this run reads)"},
@@ -237,7 +243,8 @@ OPTIONS: tuple[Option, ...] = (
                       "baseline approve": {"help": "approve even a run with failures/regressions, fewer benchmarks "
                                                    "than the approved baseline, or another L2 mode/timer (never a "
                                                    "run of test-only backends)"},
-                      "baseline migrate": {"help": "overwrite an existing --out file"}}),
+                      "baseline migrate": {"help": "overwrite an existing --out file"},
+                      "history": {"help": "overwrite an existing --plot file"}}),
     Option("title", "report title (default: fp4bench report)", ("report",)),
     Option("progress", "print 'N/M cases, elapsed, ETA' at most every SECONDS (default 30; 0: never)", (PYTEST,),
            type=float, default=30.0, metavar="SECONDS"),
@@ -263,6 +270,41 @@ OPTIONS: tuple[Option, ...] = (
     Option("file", "the stack file itself (default: <stack-dir>/<runner>.txt)", ("stack freeze",)),
     Option("stack-dir", "folder of the committed stack files (default %(default)s)", ("stack freeze",),
            default="stack"),
+    # --- bisect: which release made the failing benchmarks slower
+    Option("only", "benchmark ids to run, comma-separated, as the verdict and the report name them (default: "
+           "every benchmark of the sweep)", ("ab", "bisect"),
+           per_front={"bisect": {"help": "the failing benchmark ids, comma-separated; each step's ab runs only "
+                                         "these (default: --failed's)"}}),
+    Option("failed", "a verdict JSON (fp4bench ab / compare / pytest --fp4-verdict-json): its FAIL benchmarks are "
+           "the ones bisected (default: --only)", ("bisect",), metavar="VERDICT_JSON"),
+    Option("wheels", "a local folder of the package's wheels/sdists: releases listed and installed from it, "
+           "offline (default: the index)", ("bisect",), metavar="DIR"),
+    Option("index", "the index's JSON API the releases are listed from (default %(default)s)", ("bisect",),
+           default="https://pypi.org/pypi", metavar="URL"),
+    Option("stack", "a stack file (fp4bench stack freeze): the pins of the rest of the stack when GOOD and BAD "
+           "are versions (default: the base environment as it is)", ("bisect",), metavar="FILE"),
+    Option("cache", "folder of the cached venvs, one per release, and of the state file (default %(default)s)",
+           ("bisect",), default=".fp4bench-bisect", metavar="DIR"),
+    Option("state", "the state file: what was measured, so a rerun resumes (default: "
+           "<cache>/<package>-<good>-<bad>.json)", ("bisect",), metavar="FILE"),
+    Option("ab-args", "more fp4bench ab options for each step, as one string: the sweep options of the failing "
+           "run (benchmark ids depend on them), e.g. '--models glm-5 --batches 1' (default: none)", ("bisect",),
+           default=""),
+    Option("pip-args", "more pip install options for each release's venv, as one string (e.g. '--extra-index-url "
+           "URL'; default: none)", ("bisect",), default=""),
+    Option("no-prepare", "skip the release's fp4bench prepare step (a package without FlashInfer JIT modules)",
+           ("bisect",), action="store_true", default=False),
+    Option("module", "the module the package is imported as (default: flashinfer for flashinfer-python, else the "
+           "name with _ for -)", ("bisect",)),
+    # --- the approved baselines' history and cumulative drift
+    Option("anchor", "the approval cumulative drift is measured from: a git revision of the approved baseline "
+           "(default: the first approval of this GPU model and unit with the same measurement keys, or the last "
+           "one that accepted drift)", ("baseline approve",), metavar="REV"),
+    Option("accept-drift", "approve although the cumulative change against the anchor is beyond --floor; the "
+           "decision is recorded in the file's approval record (and the approval becomes the new anchor)",
+           ("baseline approve",), action="store_true", default=False),
+    Option("plot", "also write a PNG of each benchmark's median across approvals, approvals and stack changes "
+           "marked (default: not written)", ("history",), metavar="PNG"),
     Option("check", "only check, change nothing: exit 1 when something is missing or differs",
            ("prepare", "stack freeze"), action="store_true", default=False,
            per_front={"prepare": {"help": "only report; exit 1 when a module is missing"},
