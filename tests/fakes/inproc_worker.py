@@ -79,7 +79,7 @@ from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.run.worker import protocol
 from fp4bench.run.worker.child import answer, open_child
-from fp4bench.run.worker.pool import Worker, WorkerSpec, spawning
+from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, spawning
 
 PLUGIN = __name__
 BACKEND = "sim-bf16"
@@ -252,6 +252,8 @@ class InprocWorker(Worker):
         self._sent_at = 0.0
 
     def launch(self) -> None:
+        if not os.access(self.spec.python, os.X_OK):  # what Popen would refuse to start
+            raise WorkerLost(f"{self.label}: cannot start {self.spec.python}: no executable interpreter there")
         self.proc = self.world.start(self.spec)
         self.starts += 1
         self._stderr = _Stderr()
