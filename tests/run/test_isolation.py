@@ -194,8 +194,10 @@ def test_in_process_a_poisoned_context_reply_is_returned_and_the_worker_replaced
             assert w.proc is None and world.processes[-1].exit_status == 3
 
 
-def test_in_process_a_child_that_cannot_start_is_named():
+def test_in_process_a_child_that_cannot_start_is_named(tmp_path):
     with inproc.workers():
+        with pytest.raises(WorkerLost, match=r"^worker: cannot start .*/no-python: "):
+            spawn(WorkerSpec(python=str(tmp_path / "no-python"))).start()
         w = spawn(WorkerSpec(python=sys.executable, init={"device": "cpu", "plugins": ["no_such_plugin_module"]}),
                   "side B's worker")
         with pytest.raises(WorkerLost, match=r"side B's worker \(.*\) could not start: ValueError: --fp4-plugin: "
