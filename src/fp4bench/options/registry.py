@@ -123,7 +123,7 @@ OPTIONS: tuple[Option, ...] = (
            per_front={"units": {"type": at_least(2), "default": 3, "help": "independent windows per benchmark and "
                                 "unit, each in fresh device memory with its own capture (default %(default)d)"}}),
     Option("max-windows", "most windows an undecided benchmark takes in its test (default %(default)s)",
-           (PYTEST, "units"), type=int, default=4,
+           (PYTEST, "units"), type=int, default=6,
            per_front={"units": {"type": at_least(2), "default": 6, "help": "windows a benchmark still undecided for "
                                 "some unit may grow to (default %(default)d)"}}),
     Option("window-samples", "timed samples per window (default %(default)d)", ("units",), type=at_least(3),
