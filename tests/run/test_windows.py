@@ -13,6 +13,17 @@ from fp4bench.run.windows import settle, take_window
 from fp4bench.run.worker.child import operand_digest
 
 
+def _cpu_case(backend: str):
+    """A CPU runner of 3 samples a window and the first runnable dense GLM-5 b1 case of ``backend``."""
+    device = torch.device("cpu")
+    runner = CaseRunner(device, TimingConfig(mode="cpu", min_samples=3, max_samples=3, target_rel_ci=None,
+                                             time_budget_s=0.0))
+    spec = next(c for c in cases_for(SweepOptions(models=("glm-5",), batches=(1,), kinds=("dense",),
+                                                  backends=(backend,)), all_backends(), device)
+                if not c.skip_reason)
+    return runner, spec
+
+
 def test_each_window_times_the_same_bytes_in_new_operands():
     device = torch.device("cpu")
     runner = CaseRunner(device, TimingConfig(mode="cpu", min_samples=3, max_samples=3, target_rel_ci=None,
@@ -60,12 +71,8 @@ def test_a_further_window_takes_a_fresh_placement_set_after_the_release(monkeypa
     """``take_window(..., placement=k)``: the runner releases its memory, then draws placement set
     k (``CaseRunner.new_placement``), then measures: the window's operands are made beside the
     pad, at another place than the previous window's."""
-    device = torch.device("cpu")
-    runner = CaseRunner(device, TimingConfig(mode="cpu", min_samples=3, max_samples=3, target_rel_ci=None,
-                                             time_budget_s=0.0))
-    spec = next(c for c in cases_for(SweepOptions(models=("glm-5",), batches=(1,), kinds=("dense",),
-                                                  backends=("torch-bf16",)), all_backends(), device)
-                if not c.skip_reason)
+    runner, spec = _cpu_case("torch-bf16")
+    device = runner.device
     calls = []
     monkeypatch.setattr(runner, "release", lambda: calls.append("release"))
     monkeypatch.setattr(runner, "new_placement", lambda k: calls.append(("placement", k)))
