@@ -14,6 +14,7 @@ decision, re-measure flag and window count as the real loop for every benchmark 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -72,7 +73,9 @@ def vectorised(base: np.ndarray, new: np.ndarray, classes: np.ndarray, policy: P
             d = rule.decisions(delta, lo, hi, sep, k, s, budget_left=k < MAX_WINDOWS)
             now = (out < 0) & (d != MORE)
             out[now], k_at[now] = d[now], k
-            again[now] = (d[now] == AMBIGUOUS) & ((lo[now] >= s.threshold) | (delta[now] >= s.threshold))
+            lo_same = rule.bounds(b, n[:, :k], replace(s, unit_sigma=0.0))[1]  # the windows' own bound
+            again[now] = (d[now] == AMBIGUOUS) & ((lo[now] >= s.threshold)
+                                                  | ((s.unit_sigma > 0) & (lo_same[now] >= s.threshold)))
         code[:, cols], remeasure[:, cols], taken[:, cols] = (x.reshape(runs, -1) for x in (out, again, k_at))
     return code, remeasure, taken
 

@@ -121,3 +121,29 @@ def test_calibrate_refuses_a_device_without_a_unit(tmp_path, capsys):
                              "--processes", "2", "--windows", "3", "--baselines", str(tmp_path)])
     assert rc == 2 and "no GPU UUID: a calibration belongs to one GPU unit" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.calibration.json"))
+
+
+def test_calibrate_writes_the_units_file_and_prints_the_smallest_slowdowns(tmp_path, capsys, monkeypatch):
+    """On a device that names its unit (the fingerprint of a fake H200 unit): the file goes beside
+    the unit's baseline, the report names each benchmark's smallest slowdown the gate can FAIL,
+    and a second run without --force is refused before anything is measured."""
+    import dataclasses
+
+    import fp4bench.run.factory as factory
+    from fp4bench.cli.calibrate import calibrate_main
+
+    real = factory.collect_fingerprint
+    monkeypatch.setattr(factory, "collect_fingerprint", lambda device=None: dataclasses.replace(
+        real(device), gpu_name="NVIDIA H200", gpu_slug="nvidia-h200", gpu_uuid="GPU-00ab"))
+    argv = ["--device", "cpu", "--plugin", inproc.PLUGIN, "--backends", inproc.BACKEND, "--kinds", "dense",
+            "--batches", "1", "--tp", "8", "--window-samples", "3", "--processes", "2", "--windows", "3",
+            "--per-class", "1", "--baselines", str(tmp_path)]
+    with inproc.workers(inproc.Behaviour(call_sd=0.001, process_sd=0.01)) as world:
+        assert calibrate_main(argv) == 0
+        started = len(world.processes)
+        out = capsys.readouterr().out
+        path = tmp_path / "nvidia-h200" / "units" / "GPU-00ab.calibration.json"
+        assert load_calibration(path).unit == "GPU-00ab" and f"calibration written to {path}" in out
+        assert "smallest slowdown the stored gate can FAIL" in out and "  dense " in out and "%  " in out
+        assert calibrate_main(argv) == 2
+        assert "--force" in capsys.readouterr().err and len(world.processes) == started + 1

@@ -31,7 +31,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from fp4bench.gate.calibration import calibration_path, describe_classes
+    from fp4bench.gate.calibration import calibration_path
     from fp4bench.gate.store import gpu_dir, utc_stamp
     from fp4bench.measure.timing import TimingConfig
     from fp4bench.options.registry import option
@@ -54,26 +54,33 @@ def _calibrate(args: argparse.Namespace) -> int:
                           timeout_s=args.case_timeout, start_timeout_s=max(args.case_timeout, 300.0))
     except ValueError as exc:
         return fail(PROG, exc)
+    out: list = []
+
+    def one_unit(fingerprint) -> None:
+        """Before anything is measured: the device is one GPU unit and its file may be written."""
+        if not fingerprint.get("gpu_uuid") or not fingerprint.get("gpu_slug"):
+            raise ValueError("this device has no GPU UUID: a calibration belongs to one GPU unit")
+        path = calibration_path(gpu_dir(args.baselines, fingerprint["gpu_slug"]), fingerprint["gpu_uuid"])
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a unit's first file: its units/ folder
+            out.append(check_output(path, "--baselines", force=args.force))
+        except (OSError, OutputError) as exc:
+            raise ValueError(f"--baselines: cannot write {path}: {exc}") from None
+
     try:
         measured, facts = calibrate(spec, sweep.to_dict(), processes=args.processes, windows=args.windows,
-                                    per_class=args.per_class, budget_s=args.run_budget, samples=args.window_samples,
-                                    progress=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
+                                    per_class=args.per_class, budget_s=args.run_budget,
+                                    progress=lambda line: print(f"{PROG}: {line}", file=sys.stderr),
+                                    check_device=one_unit)
     except (RuntimeError, ValueError) as exc:
         return fail(PROG, exc)
-    fp = facts["fingerprint"]
     cal = to_calibration(measured, facts, utc_stamp(), floor=args.floor / 100.0, base_windows=3,
                          max_windows=option("max-windows").default)
     if not cal.classes:
         print_safely(f"{PROG}: too little measured to store a calibration (each class needs 3 passes in 2 "
                      f"processes; --run-budget {args.run_budget:g} s ran {facts['processes']} processes)")
         return EXIT_INCOMPLETE
-    try:
-        if not fp.get("gpu_uuid") or not fp.get("gpu_slug"):
-            raise OutputError("this device has no GPU UUID: a calibration belongs to one GPU unit")
-        path = check_output(calibration_path(gpu_dir(args.baselines, fp["gpu_slug"]), fp["gpu_uuid"]), "--baselines",
-                            force=args.force)
-    except (OutputError, ValueError) as exc:
-        return fail(PROG, exc)
+    path = out[0]
     print_safely(report(cal))
     write_atomic(path, cal.text())
     print_safely(f"calibration written to {path} ({facts['wall_s']:g} s)")

@@ -85,15 +85,16 @@ class CompareResult:
 
     @property
     def remeasure(self) -> list[Verdict]:
-        """Benchmarks shown slower beyond the guard band on fewer new windows than a FAIL needs."""
+        """Benchmarks whose windows show them slower beyond the guard band without the evidence a
+        FAIL needs (``Verdict.remeasure``)."""
         return [v for v in self.verdicts if v.remeasure]
 
     @property
     def exit_code(self) -> int:
         """``EXIT_REGRESSION`` (1) for a FAIL, lost tactic or a failing undecided verdict among what
         was measured; else ``EXIT_INCOMPLETE`` (3) when nothing, or less than expected, was judged,
-        or a benchmark was shown slower beyond the guard band on too few windows to FAIL
-        (re-measure: never "no regression"); else ``EXIT_OK`` (0). A regression wins: it is a
+        or a benchmark's windows show it slower beyond the guard band without the evidence a FAIL
+        needs (re-measure: never "no regression"); else ``EXIT_OK`` (0). A regression wins: it is a
         finding about what did run."""
         if self.regressions:
             return EXIT_REGRESSION

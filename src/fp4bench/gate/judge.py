@@ -124,19 +124,21 @@ def _timing_status(a: Assessment, policy: Policy, budget_left: bool, cls: str
                                   f"{'s' if est.n_new != 1 else ''}; a FAIL needs {settings.min_new_for_fail} "
                                   f"independent new windows: re-measure ({REMEASURE_HINT})"), False, False, True
     why = f"{where}: neither shown to reach nor to stay below the {band:.1f}% guard band"
-    cross = ""
-    if policy.less_sensitive and settings.unit_sigma > 0:
-        least = rule.smallest_fail(settings, settings.prior_sigma, est.n_base, max(est.n_new,
-                                                                                   settings.min_new_for_fail))
-        if least > policy.floor:
-            cross = (f"against another unit's baseline the smallest change this can show is {least * 100:+.1f}% "
-                     f"(floor {policy.floor * 100:g}%): record a baseline on this unit or use fp4bench ab")
-    if est.delta >= settings.threshold:  # the estimate itself is beyond the band: not a pass
-        return Status.AMBIGUOUS, f"{why}; the estimate is beyond it: re-measure ({cross or REMEASURE_HINT})", \
+    if not (policy.less_sensitive and settings.unit_sigma > 0):
+        return Status.AMBIGUOUS, why, False, False, False
+    least = rule.smallest_fail(settings, settings.prior_sigma, est.n_base, max(est.n_new, settings.min_new_for_fail))
+    cross = (f"against another unit's baseline the smallest change this can show is {least * 100:+.1f}% "
+             f"(floor {policy.floor * 100:g}%): record a baseline on this unit or use fp4bench ab"
+             if least > policy.floor else "")
+    if rule.lower_same_unit(est, settings) >= settings.threshold:
+        # the windows show it beyond the band; only another unit's offset keeps it from a FAIL
+        return Status.AMBIGUOUS, f"{why}; the windows alone show it beyond the band: re-measure ({cross or OTHER_UNIT_HINT})", \
             False, False, True
     return Status.AMBIGUOUS, f"{why}; {cross}" if cross else why, False, False, False
 
 
+#: what a benchmark held back from a FAIL by another unit's offset needs
+OTHER_UNIT_HINT = "another unit's offset keeps it from a FAIL: record a baseline on this unit or use fp4bench ab"
 #: how to get the evidence a FAIL needs
 REMEASURE_HINT = ("pytest bench --benchmark-compare takes further windows of a suspect; a saved run needs "
                   "--fp4-windows 2 or more")

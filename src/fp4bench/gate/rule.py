@@ -227,6 +227,17 @@ def decisions(delta: np.ndarray, lo: np.ndarray, hi: np.ndarray, separated: np.n
     return out
 
 
+def lower_same_unit(est: Estimate, settings: RuleSettings) -> float:
+    """``est.lo`` without the unit term: the lower bound the same windows would give on one unit
+    (what the windows themselves show, before another unit's offset widens it)."""
+    if not math.isfinite(est.se) or est.df <= 0:
+        return est.lo
+    from scipy import stats
+
+    se = math.sqrt(max(est.se ** 2 - settings.unit_sigma ** 2, 0.0))
+    return est.delta - float(stats.t.ppf(settings.confidence, est.df)) * se
+
+
 def smallest_fail(settings: RuleSettings, sigma: float, n_base: int, n_new: int) -> float:
     """The smallest relative slowdown this rule can FAIL with ``n_base`` and ``n_new`` replicates
     whose spread is ``sigma``: the change whose lower bound just reaches the guard band,

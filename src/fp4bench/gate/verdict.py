@@ -10,9 +10,9 @@ The timing of one benchmark is decided by ``gate.rule`` on its **window medians*
                ``compare``); printed with its interval. In a pytest run an undecided benchmark
                takes another window first (``Verdict.wants_more``), up to a per-case and a
                session budget. Too few samples (``min_samples``) is AMBIGUOUS too, undecided.
-               An undecided benchmark whose estimate is beyond the guard band (or its whole
-               interval, on fewer new windows than a FAIL needs) is AMBIGUOUS with
-               ``remeasure``: the run exits 3 (re-measure), never 0
+               An undecided benchmark whose interval lies wholly beyond the guard band (on fewer
+               new windows than a FAIL needs, or but for another unit's offset) is AMBIGUOUS
+               with ``remeasure``: the run exits 3 (re-measure), never 0
     INVALID    either run flagged a clock anomaly / invalid sample set in ``extra_info``, or (with
                ``Policy(throttle="invalid")``) throttling: the timing is not judged. INVALID and
                too-few-samples AMBIGUOUS fail the gate unless ``allow_ambiguous``
@@ -87,9 +87,9 @@ class Verdict:
     windows_new: int = 0
     #: undecided, and the caller may take another window (``judge(budget_left=True)``)
     wants_more: bool = False
-    #: undecided with the estimate beyond the guard band (or its whole interval beyond it on
-    #: fewer independent new windows than a FAIL needs): not a pass; the run exits 3 and must be
-    #: measured again with the evidence the reason names
+    #: undecided with its whole interval beyond the guard band: on fewer independent new windows
+    #: than a FAIL needs, or against another unit's baseline whose offset alone keeps it from a
+    #: FAIL; not a pass: the run exits 3, and the reason names the evidence a FAIL needs
     remeasure: bool = False
 
     @property

@@ -258,7 +258,7 @@ def verdict_summary(result: CompareResult) -> str:
         outcome = result.coverage.problem()
     elif code == EXIT_INCOMPLETE and result.remeasure:
         n = len(result.remeasure)
-        outcome = (f"re-measure: {n} benchmark{'s' if n != 1 else ''} estimated slower beyond the guard band "
+        outcome = (f"re-measure: {n} benchmark{'s' if n != 1 else ''} shown slower beyond the guard band "
                    "without the evidence a FAIL needs (each names what it needs)")
     return f"{counts or 'no verdicts'} → {outcome} (exit {code})"
 

@@ -129,11 +129,15 @@ def smallest_fail(cal: Calibration, cls: str, floor: float, base_windows: int, m
 
 
 def calibrate(spec: WorkerSpec, sweep: Mapping[str, Any], *, processes: int = 3, windows: int = 4,
-              per_class: int = 4, budget_s: float = 300.0, samples: int = 10,
-              progress: Callable[[str], None] = lambda line: None) -> tuple[list[Measured], dict[str, Any]]:
+              per_class: int = 4, budget_s: float = 300.0,
+              progress: Callable[[str], None] = lambda line: None,
+              check_device: Callable[[Mapping[str, Any]], None] = lambda fingerprint: None) -> tuple[list[Measured], dict[str, Any]]:
     """Measure: ``processes`` workers of ``spec`` one after the other, ``windows`` passes each over
-    the cases ``pick`` chooses from ``sweep`` (``SweepOptions.to_dict()``). Returns what was
-    measured and the run's facts (fingerprint, wall seconds, passes, processes, cases)."""
+    the cases ``pick`` chooses from ``sweep`` (``SweepOptions.to_dict()``); each window is as many
+    samples as ``spec``'s timing settings take. Returns what was
+    measured and the run's facts (fingerprint, wall seconds, passes, processes, cases).
+    ``check_device(fingerprint)`` is asked once the first worker is up; it raises ``ValueError``
+    to refuse the device before anything is measured."""
     if processes < MIN_PROCESSES or windows < MIN_WINDOWS:
         raise ValueError(f"calibration needs at least {MIN_PROCESSES} processes and {MIN_WINDOWS} windows, got "
                          f"{processes} and {windows}")
@@ -148,7 +152,9 @@ def calibrate(spec: WorkerSpec, sweep: Mapping[str, Any], *, processes: int = 3,
         worker = spawn(spec, f"calibration process {p + 1}")
         try:
             ready = worker.start()
-            fingerprint = fingerprint or dict(ready.get("fingerprint") or {})
+            if not fingerprint:
+                fingerprint = dict(ready.get("fingerprint") or {})
+                check_device(fingerprint)
             if not chosen:
                 listed = worker.request({"op": "cases", "sweep": dict(sweep)}, "listing the sweep")
                 chosen = pick(listed.get("cases") or [], per_class)
