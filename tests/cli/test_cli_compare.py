@@ -11,11 +11,14 @@ from fakes.benchjson import B200, H200, bench_entry, bench_json, samples, write
 from fp4bench.cli.compare import compare_main
 
 NAMES = [f"bench/test_moe.py::test_grouped[ds-v3-b{b}]" for b in (1, 64, 512)]
+#: both files of a pair from one GPU unit (the rule's full sensitivity)
+UNIT = replace(H200, gpu_uuid="GPU-00aa")
 
 
-def run_pair(tmp_path, factors, new_fp=H200, drop=(), avail_base=None, avail_new=None, seed=0):
+def run_pair(tmp_path, factors, new_fp=UNIT, drop=(), avail_base=None, avail_new=None, seed=0):
     rng = np.random.default_rng(seed)
-    base = bench_json([bench_entry(n, samples(rng, 30e-6, 0.01)) for n in NAMES], availability=avail_base)
+    base = bench_json([bench_entry(n, samples(rng, 30e-6, 0.01)) for n in NAMES], availability=avail_base,
+                      fingerprint=UNIT)
     new = bench_json(
         [bench_entry(n, samples(rng, 30e-6 * f, 0.01)) for n, f in zip(NAMES, factors) if n not in drop],
         fingerprint=new_fp, availability=avail_new,
@@ -24,7 +27,7 @@ def run_pair(tmp_path, factors, new_fp=H200, drop=(), avail_base=None, avail_new
 
 
 def test_exit_0_when_unchanged(tmp_path, capsys):
-    b, n = run_pair(tmp_path, [1.0, 1.0, 1.0], new_fp=replace(H200, driver="590.2"))
+    b, n = run_pair(tmp_path, [1.0, 1.0, 1.0], new_fp=replace(UNIT, driver="590.2"))
     assert compare_main([str(b), str(n)]) == 0
     out = capsys.readouterr().out
     assert "what changed: driver 580.1 → 590.2" in out
@@ -37,8 +40,11 @@ def test_exit_1_on_regression(tmp_path, capsys):
     out = capsys.readouterr().out
     first_row = out.split("\n---")[1].splitlines()[1]  # the row after the header rule
     assert first_row.startswith("FAIL") and "b64" in first_row
-    # the same slowdown under a 15 % floor is not a failure
-    assert compare_main([str(b), str(n), "--floor", "15"]) == 0
+    # the same slowdown under a 15 % floor is no FAIL, but beyond its 7.5 % guard band on one
+    # window a side: not "no regression" either (re-measure, exit 3)
+    assert compare_main([str(b), str(n), "--floor", "15"]) == 3
+    assert "re-measure" in capsys.readouterr().out
+    assert compare_main([str(b), str(n), "--floor", "30"]) == 0
 
 
 def test_missing_fails_unless_allowed(tmp_path, capsys):

@@ -16,7 +16,6 @@ from fp4bench.gate.compare import compare
 from fp4bench.gate.judge import judge
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.store import select_baselines, unit_path
-from fp4bench.gate.unit import CROSS_UNIT_SIGMA
 from fp4bench.gate.verdict import Status
 
 A, B, C = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-1111", "GPU-cccccccc-2222"
@@ -44,12 +43,13 @@ def test_a_benchmark_is_judged_by_its_own_units_file_when_it_holds_it_else_by_th
     on_a, on_b = replace(H200, gpu_uuid=A), replace(H200, gpu_uuid=B)
     own = files.judging(NAMES[0], on_a, Policy())
     assert own.file.unit == A and own.record.median == pytest.approx(21e-6, rel=0.01)
-    assert own.policy.unit_sigma == 0  # that very unit: full sensitivity
+    assert not own.policy.less_sensitive  # that very unit: full sensitivity
     other = files.judging(NAMES[1], on_a, Policy())  # A's file does not hold it
-    assert other.file.unit is None and other.policy.unit_sigma == CROSS_UNIT_SIGMA
+    assert other.file.unit is None and other.policy.other_unit
+    assert other.policy.rule_settings().unit_sigma == other.policy.noise.of("dense").unit_sigma > 0
     assert files.judging(NAMES[0], on_b, Policy()).file.unit is None  # B has no file of its own
     # the model file's own unit is judged at full sensitivity by it
-    assert files.judging(NAMES[1], replace(H200, gpu_uuid=C), Policy()).policy.unit_sigma == 0
+    assert not files.judging(NAMES[1], replace(H200, gpu_uuid=C), Policy()).policy.less_sensitive
 
 
 def test_every_process_of_a_run_picks_the_same_lead_file(tmp_path):
@@ -78,8 +78,8 @@ def test_the_table_judges_each_benchmark_as_its_test_did_and_says_which_file(roo
             next(v.status for v in result.verdicts if v.name == name)
     assert notes == [f"baselines: 2 vs approved.json (another or unknown unit: less sensitive); "
                      f"1 vs units/{A}.json (that unit)"]
-    assert {n: p.unit_sigma for n, p in result.policies.items()} == {NAMES[0]: 0, NAMES[1]: CROSS_UNIT_SIGMA,
-                                                                     NAMES[2]: CROSS_UNIT_SIGMA}
+    assert {n: p.other_unit for n, p in result.policies.items()} == {NAMES[0]: False, NAMES[1]: True,
+                                                                     NAMES[2]: True}
     assert not result.less_sensitive()  # one benchmark had its own unit's file
     widths = {v.name: v.interval[1] - v.interval[0] for v in result.verdicts if v.status is not Status.MISSING}
     assert widths[NAMES[0]] < widths[NAMES[1]]

@@ -58,7 +58,10 @@ def test_aa_pair_has_no_fail():
     assert len(timed) == 39
     assert [verdict_message(v) for v in timed if v.status is Status.FAIL] == []
     assert res.exit_code == 0
-    assert all(v.status is Status.PASS for v in timed), [verdict_message(v) for v in timed]
+    # neither file names its GPU unit: each benchmark carries another unit's offset, and one not
+    # shown below the band says the smallest change such a comparison can show
+    assert all(v.status is Status.PASS or "smallest change this can show" in v.reason for v in timed), \
+        [verdict_message(v) for v in timed]
     # the pair is not trivially identical: its medians moved by up to ~2.3 %
     assert max(abs(v.ratio - 1) for v in timed) > 0.02
 
@@ -93,3 +96,35 @@ def test_recorded_files_keep_what_the_gate_reads(name):
     assert rec.availability and rec.sweep
     for r in rec.benchmarks.values():
         assert "kernels" in r.extra_info and "sm_clock_mhz" in r.extra_info
+
+
+@pytest.mark.parametrize("uuid", [None, "GPU-0123abcd"])
+def test_every_sample_8pct_slower_is_never_no_regression(tmp_path, capsys, uuid):
+    """``fp4bench compare`` of a recorded run against the same file with every sample x1.08: one
+    window a side cannot FAIL (a FAIL needs 2 independent new windows), but the run is not
+    "no regression" with exit 0 either: each benchmark says what evidence it needs and the
+    command exits 3 (re-measure). Without a recorded unit (the files' own state) the sentence is
+    the smallest change a comparison across units can show; with one unit on both sides, every
+    interval lies above the guard band and the verdict asks for more windows."""
+    import json
+
+    from fp4bench.cli.compare import compare_main
+
+    doc = json.loads((DATA / "h200-aa-a.json").read_text())
+    doc["fp4bench"]["fingerprint"]["gpu_uuid"] = uuid
+    base = tmp_path / "a.json"
+    base.write_text(json.dumps(doc))
+    for b in doc["benchmarks"]:
+        b["stats"]["data"] = [x * 1.08 for x in b["stats"]["data"]]
+    new = tmp_path / "a108.json"
+    new.write_text(json.dumps(doc))
+    assert compare_main([str(base), str(new)]) == 3
+    out = capsys.readouterr().out
+    assert "no regression" not in out and "re-measure" in out.splitlines()[-1]
+    need = "smallest change this can show" if uuid is None else "a FAIL needs 2 independent new windows"
+    assert out.count(need) >= 1
+    res = compare(load_baseline(base), load_baseline(new).as_current(), current_fingerprint=load_baseline(new).fingerprint)
+    timed = [v for v in res.verdicts if v.name in load_baseline(base).benchmarks]
+    assert len(timed) == 39 and all(v.remeasure for v in timed)
+    if uuid is not None:
+        assert all(v.interval[0] > 2.5 for v in timed)

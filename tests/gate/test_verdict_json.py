@@ -26,7 +26,8 @@ NAMES = [f"bench/test_fp4_gemm.py::test_dense[x{i}]" for i in range(3)]
 
 
 def _gate_doc() -> dict:
-    """A gate verdict: one benchmark 40 % slower (FAIL), one unchanged, one MISSING."""
+    """A gate verdict: one benchmark 40 % slower (FAIL), one unchanged, one MISSING. Neither side
+    names its unit, so the unchanged one is judged with another unit's offset: AMBIGUOUS."""
     rng = np.random.default_rng(0)
     base = parse_baseline(bench_json([bench_entry(n, samples(rng, MED, 0.005)) for n in NAMES]))
     now = {NAMES[0]: ([samples(rng, MED * 1.4, 0.005) for _ in range(3)], {}),
@@ -54,7 +55,7 @@ def test_the_gate_and_ab_write_the_same_versioned_schema():
         assert doc["benchmarks"] and all(tuple(b) == BENCHMARK_KEYS for b in doc["benchmarks"])
         assert validate(json.loads(dumps(doc)))["source"] == source
     assert gate["exit_code"] == 1 and gate["outcome"] == "regression"
-    assert [b["status"] for b in gate["benchmarks"]] == ["FAIL", "MISSING", "PASS"]
+    assert [b["status"] for b in gate["benchmarks"]] == ["FAIL", "MISSING", "AMBIGUOUS"]
     assert gate["benchmarks"][0]["fails_gate"] and gate["benchmarks"][0]["delta_pct"] == pytest.approx(40, abs=3)
     assert gate["evidence"]["baseline"] == "approved.json" and gate["coverage"]["missing"] == [NAMES[2]]
     assert {"key": "driver", "old": "580.1", "new": "590.1"} in gate["changes"]

@@ -109,7 +109,7 @@ def test_one_name_one_meaning():
     assert option("same-unit").fronts == (PYTEST,) and option("assume-same-unit").fronts == ("power",)
     assert "file" in option("baseline-file").help and "folder" in option("baselines").help
     assert option("time-budget").fronts == (PYTEST,) and "per case" in option("time-budget").help
-    assert set(option("run-budget").fronts) == {PYTEST, "ab", "units"}
+    assert set(option("run-budget").fronts) == {PYTEST, "ab", "units", "calibrate"}
     assert set(option("verdict-json").fronts) == {PYTEST, "compare", "ab", "units"}
     assert {"json", "timer", "model", "batch", "baseline"}.isdisjoint(BY_NAME)
     assert {"allow-missing", "allow-ambiguous", "fail-on-ambiguous"} <= {o.name for o in options_of("ab")}

@@ -25,8 +25,10 @@ def _result():
         "t[thr]": (samples(rng, 35e-6, 0.01), {"throttled": True, "throttle_reasons": ["SwPowerCap"]}),
         "t[added]": (samples(rng, 1e-3, 0.01), {}),
     }
+    unit = replace(H200, gpu_uuid="GPU-00aa")  # one unit on both sides: full sensitivity
+    base = replace(base, fingerprint=unit)
     return compare(base, cur, {"fi|p|a": "unsupported: x"}, Policy(throttle="invalid"),
-                   current_fingerprint=replace(H200, driver="590.2", torch="2.12.0"))
+                   current_fingerprint=replace(unit, driver="590.2", torch="2.12.0"))
 
 
 def test_verdict_table_order_and_sections():

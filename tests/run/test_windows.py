@@ -6,11 +6,22 @@ from __future__ import annotations
 import torch
 
 from fp4bench.backends.registry import all_backends, get_backend
-from fp4bench.run.case import CaseRunner
+from fp4bench.run.case import CaseRunner, placement_pad_bytes
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.run.sweep import SweepOptions, cases_for
-from fp4bench.run.windows import take_window
+from fp4bench.run.windows import settle, take_window
 from fp4bench.run.worker.child import operand_digest
+
+
+def _cpu_case(backend: str):
+    """A CPU runner of 3 samples a window and the first runnable dense GLM-5 b1 case of ``backend``."""
+    device = torch.device("cpu")
+    runner = CaseRunner(device, TimingConfig(mode="cpu", min_samples=3, max_samples=3, target_rel_ci=None,
+                                             time_budget_s=0.0))
+    spec = next(c for c in cases_for(SweepOptions(models=("glm-5",), batches=(1,), kinds=("dense",),
+                                                  backends=(backend,)), all_backends(), device)
+                if not c.skip_reason)
+    return runner, spec
 
 
 def test_each_window_times_the_same_bytes_in_new_operands():
@@ -54,3 +65,51 @@ def test_a_further_window_prepares_every_rotating_copy_afresh(monkeypatch):
         samples, why = take_window(runner, backend, spec)
         assert samples and not why
     assert len(prepared) == 8  # 4 per window: the checked operands' layout and 3 clones, twice
+
+
+def test_a_further_window_takes_a_fresh_placement_set_after_the_release(monkeypatch):
+    """``take_window(..., placement=k)``: the runner releases its memory, then draws placement set
+    k (``CaseRunner.new_placement``), then measures: the window's operands are made beside the
+    pad, at another place than the previous window's."""
+    runner, spec = _cpu_case("torch-bf16")
+    device = runner.device
+    calls = []
+    monkeypatch.setattr(runner, "release", lambda: calls.append("release"))
+    monkeypatch.setattr(runner, "new_placement", lambda k: calls.append(("placement", k)))
+    run = runner.run
+    monkeypatch.setattr(runner, "run", lambda *a, **kw: (calls.append("run"), run(*a, **kw))[1])
+    samples, why = take_window(runner, get_backend(spec.backend), spec, placement=2)
+    assert samples and not why
+    assert calls == ["release", ("placement", 2), "run"]
+    assert CaseRunner(device, runner.timing).new_placement(2) == 0  # off CUDA placement does not apply
+
+
+def test_pad_sizes_differ_between_windows_and_repeat_with_the_seed():
+    sizes = [placement_pad_bytes(0, k) for k in range(1, 9)]
+    assert len(set(sizes)) >= 6 and all(4 << 20 <= s <= 260 << 20 and s % (2 << 20) == 0 for s in sizes)
+    assert sizes == [placement_pad_bytes(0, k) for k in range(1, 9)]
+    assert sizes != [placement_pad_bytes(1, k) for k in range(1, 9)]
+
+
+class _V:
+    def __init__(self, more: bool):
+        self.wants_more = more
+
+
+def test_settle_takes_windows_while_the_verdict_wants_more_within_the_budgets():
+    judged = []
+
+    def judge_at(ws, budget_left):
+        judged.append((len(ws), budget_left))
+        return _V(budget_left)  # undecided until no window may be taken
+
+    ws = [[1.0]]
+    settle(judge_at, lambda k: ([1.0 + k], ""), ws, 3)
+    assert ws == [[1.0], [2.0], [3.0]] and judged == [(1, True), (2, True), (3, False)]
+    # the session budget ends it early; a window that cannot be measured ends it on what was measured
+    ws, errors = [[1.0]], []
+    settle(judge_at, lambda k: (None, "broke"), ws, 3, on_error=errors.append)
+    assert ws == [[1.0]] and errors == ["broke"]
+    ws = [[1.0]]
+    settle(judge_at, lambda k: ([1.0], ""), ws, 6, budget_ok=lambda: len(ws) < 2)
+    assert len(ws) == 2

@@ -36,7 +36,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from fp4bench.gate.baseline import load_baseline
+    from fp4bench.gate.calibration import gpu_dir_of, noise_for
     from fp4bench.gate.compare import compare
     from fp4bench.gate.compatibility import IncompatibleBaseline
     from fp4bench.gate.coverage import Scope
@@ -60,6 +63,7 @@ def _compare(args: argparse.Namespace) -> int:
         base = load_baseline(args.base)
         logged = read_line_log(args.new) if is_line_log(args.new) else None
         new = logged.run if logged is not None else load_baseline(args.new)
+        policy = replace(policy, noise=noise_for(gpu_dir_of(args.base), getattr(new.fingerprint, "gpu_uuid", None)))
         result = compare(
             base,
             new.as_current(),

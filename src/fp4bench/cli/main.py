@@ -22,6 +22,8 @@ commands:
                                (--gpus: the benchmarks spread over several GPUs, A and B of each on one)
   units [--gpus all] [sweep options]   unit health: every GPU against its siblings, with its power limit,
                                clocks, temperature and throttling (exit 1: a unit flagged; 3: one GPU)
+  calibrate [--processes 3] [--windows 4] [sweep options]   this unit's noise terms per benchmark class,
+                               stored beside its baseline; prints the smallest slowdown each benchmark can show
   workload [--models M] [--batches B ...] [--tp T]   decode arithmetic: tokens/expert, intensity
   shapes [--models M] [--batches B] [--gpu NAME]     per-role M, N, K, tokens/expert, FLOP/byte, ridge point
   report RESULTS... --out DIR [--baseline-file BASE]   markdown + PNG plots of saved runs
@@ -39,7 +41,8 @@ COMMANDS = {
     "env": ("fp4bench.cli.env", "env_main"), "compare": ("fp4bench.cli.compare", "compare_main"),
     "power": ("fp4bench.cli.power", "power_main"), "fidelity": ("fp4bench.cli.fidelity", "fidelity_main"),
     "baseline": ("fp4bench.cli.baseline", "baseline_main"), "ab": ("fp4bench.cli.ab", "ab_main"),
-    "units": ("fp4bench.cli.units", "units_main"), "workload": ("fp4bench.cli.workload", "workload_main"),
+    "units": ("fp4bench.cli.units", "units_main"), "calibrate": ("fp4bench.cli.calibrate", "calibrate_main"),
+    "workload": ("fp4bench.cli.workload", "workload_main"),
     "shapes": ("fp4bench.cli.shapes", "shapes_main"), "report": ("fp4bench.cli.report", "report_main"),
     "prepare": ("fp4bench.cli.prepare", "prepare_main"), "stack": ("fp4bench.cli.stack", "stack_main"),
     "bisect": ("fp4bench.cli.bisect", "bisect_main"), "history": ("fp4bench.cli.history", "history_main"),

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fp4bench.gate import rule
+from fp4bench.gate.calibration import class_of
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.record import BenchmarkRecord, check_samples, windows_of
 from fp4bench.options.deprecated import warn_once
@@ -45,6 +46,6 @@ def assess(name: str, base: BenchmarkRecord, new: Any, base_extra: Mapping[str, 
                                  "takes the spread between windows from the windows themselves")
     bm = [float(np.median(w)) for w in bw]
     nm = [float(np.median(w)) for w in nw]
-    est = rule.estimate(bm, nm, policy.rule_settings(), what=f"benchmark {name!r}")
+    est = rule.estimate(bm, nm, policy.rule_settings(class_of(base_extra)), what=f"benchmark {name!r}")
     mb, mn = float(np.exp(np.mean(np.log(bm)))), float(np.exp(np.mean(np.log(nm))))
     return Assessment(mb, mn, math.exp(est.delta), est, sum(map(len, bw)), sum(map(len, nw)), len(bw), len(nw))

@@ -2,7 +2,9 @@
 
 A run that picks its baseline itself (``--benchmark-compare``) reads the GPU model's folder
 ``baselines/<gpu>/``: the model file ``approved.json`` and the unit file ``units/<UUID>.json`` of
-each GPU the run measures on (``gate.store.select_baselines``). A benchmark is judged against the
+each GPU the run measures on (``gate.store.select_baselines``). Every benchmark is judged with the
+noise terms of the GPU it ran on (``gate.calibration``: its calibration file beside its unit
+baseline, else the documented constants). A benchmark is judged against the
 unit file of the GPU it ran on when that file holds it: the baseline of that very unit, at full
 sensitivity. Otherwise it is judged against the *lead* file (the model file; the unit file when
 the model has none), and ``unit.for_changes`` adds the unit-to-unit offset to the error term
@@ -24,6 +26,7 @@ from typing import Mapping
 
 from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import Baseline
+from fp4bench.gate.calibration import NoiseTerms, gpu_dir_of, noise_for
 from fp4bench.gate.compatibility import check_compatible
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.record import BenchmarkRecord
@@ -58,6 +61,16 @@ class Baselines:
 
     lead: BaselineFile
     units: Mapping[str, BaselineFile] = field(default_factory=dict)
+    #: the noise terms of each GPU of the run (``gate.calibration.noise_for``), read once
+    _noise: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def noise(self, gpu_uuid: str | None) -> NoiseTerms:
+        """The noise terms for a benchmark measured on ``gpu_uuid``: that unit's calibration
+        file in the lead file's GPU folder, unit offsets measured between its units, else the
+        constants."""
+        if gpu_uuid not in self._noise:
+            self._noise[gpu_uuid] = noise_for(gpu_dir_of(self.lead.path), gpu_uuid)
+        return self._noise[gpu_uuid]
 
     @property
     def files(self) -> list[BaselineFile]:
@@ -72,6 +85,7 @@ class Baselines:
         Raises ``IncompatibleBaseline`` when the file is of another GPU model."""
         f = self.file_for(name, current.gpu_uuid)
         base = f.baseline.fingerprint
+        policy = dataclasses.replace(policy, noise=self.noise(current.gpu_uuid))
         return Judging(f.baseline.benchmarks.get(name),
                        for_changes(policy, check_compatible(base, current), base, current), f)
 

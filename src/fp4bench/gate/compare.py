@@ -53,7 +53,7 @@ class CompareResult:
         an unknown GPU unit)."""
         if not self.policies:
             return other_unit(self.baseline_fingerprint, self.current_fingerprint)
-        return all(p.unit_sigma > 0 for p in self.policies.values())
+        return all(p.less_sensitive for p in self.policies.values())
 
     def by_status(self, status: Status) -> list[Verdict]:
         return [v for v in self.verdicts if v.status is status]
@@ -84,13 +84,21 @@ class CompareResult:
         return self.coverage.incomplete
 
     @property
+    def remeasure(self) -> list[Verdict]:
+        """Benchmarks whose windows show them slower beyond the guard band without the evidence a
+        FAIL needs (``Verdict.remeasure``)."""
+        return [v for v in self.verdicts if v.remeasure]
+
+    @property
     def exit_code(self) -> int:
         """``EXIT_REGRESSION`` (1) for a FAIL, lost tactic or a failing undecided verdict among what
-        was measured; else ``EXIT_INCOMPLETE`` (3) when nothing, or less than expected, was judged;
-        else ``EXIT_OK`` (0). A regression wins: it is a finding about what did run."""
+        was measured; else ``EXIT_INCOMPLETE`` (3) when nothing, or less than expected, was judged,
+        or a benchmark's windows show it slower beyond the guard band without the evidence a FAIL
+        needs (re-measure: never "no regression"); else ``EXIT_OK`` (0). A regression wins: it is a
+        finding about what did run."""
         if self.regressions:
             return EXIT_REGRESSION
-        return EXIT_INCOMPLETE if self.incomplete else EXIT_OK
+        return EXIT_INCOMPLETE if self.incomplete or self.remeasure else EXIT_OK
 
     def sorted(self) -> list[Verdict]:
         """FAIL first, then MISSING, AMBIGUOUS, INVALID, NEW, PASS; largest slowdown first."""

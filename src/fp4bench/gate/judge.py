@@ -20,6 +20,7 @@ import numpy as np
 
 from fp4bench.gate import rule
 from fp4bench.gate.assess import Assessment, assess
+from fp4bench.gate.calibration import class_of
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.record import BenchmarkRecord, clock, invalid_reason, kernel_change, throttle, windows_of
 from fp4bench.gate.tactics import tactic_kernel_change
@@ -59,6 +60,7 @@ def decide(
     improved = False
     undecided = True
     more = False
+    remeasure = False
     if invalid:
         status, reason = Status.INVALID, f"{invalid}; timing not judged"
     elif not math.isfinite(change):
@@ -68,7 +70,7 @@ def decide(
         reason = f"too few samples (baseline {a.n_base}, current {a.n_new}; need >= {policy.min_samples})"
     else:
         undecided = False
-        status, reason, improved, more = _timing_status(a, policy, budget_left)
+        status, reason, improved, more, remeasure = _timing_status(a, policy, budget_left, class_of(base_extra))
 
     kinds = kernel_change(base_extra, new_extra)
     if kinds is not None and new_extra.get("explicit_tactic"):
@@ -92,13 +94,15 @@ def decide(
         kernels_removed=removed,
         undecided=undecided,
         wants_more=more,
+        remeasure=remeasure,
         **common,
     )
 
 
-def _timing_status(a: Assessment, policy: Policy, budget_left: bool) -> tuple[Status, str, bool, bool]:
-    """(status, reason, improved, wants more) from the rule's decision on the windows."""
-    settings = policy.rule_settings()
+def _timing_status(a: Assessment, policy: Policy, budget_left: bool, cls: str
+                   ) -> tuple[Status, str, bool, bool, bool]:
+    """(status, reason, improved, wants more, re-measure) from the rule's decision on the windows."""
+    settings = policy.rule_settings(cls)
     est = a.est
     d = rule.decide(est, settings, budget_left=budget_left)
     lo, hi = est.interval_pct
@@ -106,19 +110,38 @@ def _timing_status(a: Assessment, policy: Policy, budget_left: bool) -> tuple[St
     where = f"Δ {est.pct:+.1f}% in [{lo:+.1f}%, {hi:+.1f}%] over {est.n_base}+{est.n_new} windows"
     if d is rule.Decision.FAIL:
         if est.lo >= settings.threshold and est.n_new >= settings.min_new_for_fail:
-            return Status.FAIL, f"{where}: slower beyond the {band:.1f}% guard band below the floor", False, False
+            return Status.FAIL, f"{where}: slower beyond the {band:.1f}% guard band below the floor", False, False, \
+                False
         return Status.FAIL, f"{where}: at least twice the floor, every new window slower than every base one", \
-            False, False
+            False, False, False
     if d is rule.Decision.PASS:
         better = rule.improved(est, settings)
-        return Status.PASS, ("improved" if better else ""), better, False
+        return Status.PASS, ("improved" if better else ""), better, False, False
     if d is rule.Decision.MORE:
-        return Status.AMBIGUOUS, f"{where}: undecided, another window wanted", False, True
+        return Status.AMBIGUOUS, f"{where}: undecided, another window wanted", False, True, False
     if est.lo >= settings.threshold:
-        return Status.AMBIGUOUS, (f"{where}: slower beyond the {band:.1f}% guard band, but a FAIL needs "
-                                  f"{settings.min_new_for_fail} independent new windows"), False, False
-    return Status.AMBIGUOUS, f"{where}: neither shown to reach nor to stay below the {band:.1f}% guard band", \
-        False, False
+        return Status.AMBIGUOUS, (f"{where}: slower beyond the {band:.1f}% guard band on {est.n_new} new window"
+                                  f"{'s' if est.n_new != 1 else ''}; a FAIL needs {settings.min_new_for_fail} "
+                                  f"independent new windows: re-measure ({REMEASURE_HINT})"), False, False, True
+    why = f"{where}: neither shown to reach nor to stay below the {band:.1f}% guard band"
+    if not (policy.less_sensitive and settings.unit_sigma > 0):
+        return Status.AMBIGUOUS, why, False, False, False
+    least = rule.smallest_fail(settings, settings.prior_sigma, est.n_base, max(est.n_new, settings.min_new_for_fail))
+    cross = (f"against another unit's baseline the smallest change this can show is {least * 100:+.1f}% "
+             f"(floor {policy.floor * 100:g}%): record a baseline on this unit or use fp4bench ab"
+             if least > policy.floor else "")
+    if rule.lower_same_unit(est, settings) >= settings.threshold:
+        # the windows show it beyond the band; only another unit's offset keeps it from a FAIL
+        return Status.AMBIGUOUS, f"{why}; the windows alone show it beyond the band: re-measure ({cross or OTHER_UNIT_HINT})", \
+            False, False, True
+    return Status.AMBIGUOUS, f"{why}; {cross}" if cross else why, False, False, False
+
+
+#: what a benchmark held back from a FAIL by another unit's offset needs
+OTHER_UNIT_HINT = "another unit's offset keeps it from a FAIL: record a baseline on this unit or use fp4bench ab"
+#: how to get the evidence a FAIL needs
+REMEASURE_HINT = ("pytest bench --benchmark-compare takes further windows of a suspect; a saved run needs "
+                  "--fp4-windows 2 or more")
 
 
 def judge(

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from fp4bench.gate import rule
+from fp4bench.gate.calibration import FALLBACK, NoiseTerms
 from fp4bench.gate.verdict import Status, Verdict
 
 THROTTLE_POLICIES = ("report", "invalid")
@@ -24,9 +25,13 @@ class Policy:
     """Gate settings. ``floor`` is relative (0.05 = 5 %): the slowdown that must FAIL; ``floor``
     5 % matches common practice (sgl-kernel's ``benchmark/kernel_bench_regression`` gates per
     SKU at ±5 %). The decision rule's other settings (``margin``, ``confidence``, ``prior_sigma``,
-    ``min_new_for_fail``) default to ``rule.RuleSettings``'s; ``unit_sigma`` is set by
-    ``unit.for_changes`` for a baseline from another GPU unit. ``min_samples``: fewer samples on
-    either side is no measurement (AMBIGUOUS, undecided).
+    ``min_new_for_fail``) default to ``rule.RuleSettings``'s. ``noise``: the noise terms per
+    benchmark class (``gate.calibration``: the unit's calibration file, else the documented
+    constants): a calibrated unit's between-window prior, the run term every comparison carries,
+    and the offset of another unit, which enters only when ``other_unit`` (set by
+    ``unit.for_changes`` for a baseline from another or an unknown GPU unit); ``unit_sigma`` > 0
+    overrides that offset for every class. ``min_samples``: fewer samples on either side is no
+    measurement (AMBIGUOUS, undecided).
 
     ``drift``, ``alpha`` and ``noise_k`` belong to no rule of the gate; they are parsed so that
     command lines naming them still run, and change no verdict (``--fp4-drift`` warns)."""
@@ -36,11 +41,18 @@ class Policy:
     alpha: float = 0.05  # deprecated: not applied
     noise_k: float = 2.0  # deprecated: not applied
     margin: float = rule.RuleSettings.margin
-    confidence: float = rule.RuleSettings.confidence
+    #: of the lower bound a FAIL needs: 0.99 for the stored gate, where a FAIL also rests on two
+    #: windows in fresh placement sets (``run.windows``): with it and 6 windows at most, +5 % on one
+    #: benchmark FAILs in >= 99 % and <= 1 % of unchanged 420-benchmark runs FAIL, also with twice
+    #: the placement and run spread (tests/gate/test_gate_simulation.py)
+    confidence: float = 0.99
     pass_confidence: float = rule.RuleSettings.pass_confidence
-    prior_sigma: float = rule.RuleSettings.prior_sigma
+    #: the between-window spread assumed before data; None: the noise terms' of each class
+    prior_sigma: float | None = None
     min_new_for_fail: int = rule.RuleSettings.min_new_for_fail
     unit_sigma: float = 0.0
+    other_unit: bool = False
+    noise: NoiseTerms = FALLBACK
     min_samples: int = 5
     allow_missing: bool = False
     fail_on_ambiguous: bool = False
@@ -52,12 +64,20 @@ class Policy:
     #: in the report header
     drift_note: str = ""
 
-    def rule_settings(self) -> rule.RuleSettings:
-        """The decision rule's settings for this policy."""
+    def rule_settings(self, cls: str = "dense") -> rule.RuleSettings:
+        """The decision rule's settings for a benchmark of class ``cls`` (``calibration.class_of``)."""
+        terms = self.noise.of(cls)
+        unit = self.unit_sigma if self.unit_sigma > 0 else (terms.unit_sigma if self.other_unit else 0.0)
         return rule.RuleSettings(floor=self.floor, margin=self.margin, confidence=self.confidence,
                                  pass_confidence=self.pass_confidence,
-                                 prior_sigma=self.prior_sigma, min_new_for_fail=self.min_new_for_fail,
-                                 unit_sigma=self.unit_sigma)
+                                 prior_sigma=terms.prior_sigma if self.prior_sigma is None else self.prior_sigma,
+                                 min_new_for_fail=self.min_new_for_fail, unit_sigma=unit,
+                                 run_sigma=terms.run_sigma)
+
+    @property
+    def less_sensitive(self) -> bool:
+        """Judged with another unit's offset in the error term."""
+        return self.other_unit or self.unit_sigma > 0
 
     def __post_init__(self) -> None:
         if not (0 < self.floor < 10):

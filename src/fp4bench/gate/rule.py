@@ -16,9 +16,12 @@ For one benchmark, with ``b`` the base replicates and ``n`` the new ones::
              the prior (a between-replicate spread assumed before any data, from the noise
              model) keeps two or three replicates that happen to agree from claiming a
              spread of zero
-    se     = sqrt(max(s, min_sigma)^2 * (1/len(b) + 1/len(n)) + unit_sigma^2)
-             unit_sigma: an offset between two GPU units of one model, which no number of
-             windows averages away (0 when both sides ran on the same unit)
+    se     = sqrt(max(s, min_sigma)^2 * (1/len(b) + 1/len(n)) + 2 * run_sigma^2 + unit_sigma^2)
+             run_sigma: what every replicate of one side shares (the stored gate: the process
+             that took a run's windows; each side is one), which no number of its windows
+             averages away (gate.calibration measures it per unit; 0 for ab, whose replicates
+             are processes); unit_sigma: an offset between two GPU units of one model (0 when
+             both sides ran on the same unit)
     lo     = delta - t(confidence, df + prior_df) * se       (one-sided bounds: the evidence
     hi     = delta + t(pass_confidence, df + prior_df) * se   a FAIL needs, and a PASS needs)
 
@@ -66,7 +69,8 @@ class RuleSettings:
     freedom. ``min_sigma``: the smallest spread ever assumed (timer resolution, clock steps).
     ``min_new_for_fail``: new replicates a FAIL needs, so one window in an odd power state can
     make a suspect but never a FAIL on its own. ``unit_sigma``: the spread of one benchmark's
-    offset between two GPU units of the model (0: same unit). Why each default is what it is:
+    offset between two GPU units of the model (0: same unit). ``run_sigma``: the offset every
+    replicate of one side shares (0: the replicates are independent in it). Why each default is what it is:
     docs/measurement.md, "The decision rule" (calibrated by tests/gate/test_rule_simulation.py)."""
 
     floor: float = 0.05
@@ -78,6 +82,7 @@ class RuleSettings:
     min_sigma: float = 0.001
     min_new_for_fail: int = 2
     unit_sigma: float = 0.0
+    run_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         checks = (
@@ -90,6 +95,7 @@ class RuleSettings:
             (math.isfinite(self.min_sigma) and self.min_sigma >= 0, f"min_sigma must be >= 0, got {self.min_sigma}"),
             (self.min_new_for_fail >= 1, f"min_new_for_fail must be >= 1, got {self.min_new_for_fail}"),
             (math.isfinite(self.unit_sigma) and self.unit_sigma >= 0, f"unit_sigma must be >= 0, got {self.unit_sigma}"),
+            (math.isfinite(self.run_sigma) and self.run_sigma >= 0, f"run_sigma must be >= 0, got {self.run_sigma}"),
         )
         for ok, msg in checks:
             if not ok:
@@ -188,7 +194,8 @@ def _bounded(delta: np.ndarray, ss: np.ndarray, df: int, scale: float, settings:
         inf = np.full_like(delta, math.inf)
         return delta, -inf, inf, inf, 0.0
     s2 = (ss + settings.prior_df * settings.prior_sigma ** 2) / total_df
-    se = np.sqrt(np.maximum(s2, settings.min_sigma ** 2) * scale + settings.unit_sigma ** 2)
+    se = np.sqrt(np.maximum(s2, settings.min_sigma ** 2) * scale + 2 * settings.run_sigma ** 2
+                 + settings.unit_sigma ** 2)
     from scipy import stats  # where it is used: ``Policy`` and ``RuleSettings`` are built without scipy
 
     q_fail = float(stats.t.ppf(settings.confidence, total_df))
@@ -218,6 +225,33 @@ def decisions(delta: np.ndarray, lo: np.ndarray, hi: np.ndarray, separated: np.n
     if n_new >= settings.min_new_for_fail:
         out[lo >= theta] = 1
     return out
+
+
+def lower_same_unit(est: Estimate, settings: RuleSettings) -> float:
+    """``est.lo`` without the unit term: the lower bound the same windows would give on one unit
+    (what the windows themselves show, before another unit's offset widens it)."""
+    if not math.isfinite(est.se) or est.df <= 0:
+        return est.lo
+    from scipy import stats
+
+    se = math.sqrt(max(est.se ** 2 - settings.unit_sigma ** 2, 0.0))
+    return est.delta - float(stats.t.ppf(settings.confidence, est.df)) * se
+
+
+def smallest_fail(settings: RuleSettings, sigma: float, n_base: int, n_new: int) -> float:
+    """The smallest relative slowdown this rule can FAIL with ``n_base`` and ``n_new`` replicates
+    whose spread is ``sigma``: the change whose lower bound just reaches the guard band,
+    ``exp(theta + t * se) - 1``, ``se`` as in the module docstring with ``s = sigma``."""
+    if n_base < 1 or n_new < 1:
+        raise ValueError(f"need at least one replicate a side, got {n_base} and {n_new}")
+    df = n_base + n_new - 2 + settings.prior_df
+    if df <= 0:
+        return math.inf
+    from scipy import stats
+
+    se = math.sqrt(max(sigma, settings.min_sigma) ** 2 * (1 / n_base + 1 / n_new) + 2 * settings.run_sigma ** 2
+                   + settings.unit_sigma ** 2)
+    return math.expm1(settings.threshold + float(stats.t.ppf(settings.confidence, df)) * se)
 
 
 def improved(est: Estimate, settings: RuleSettings) -> bool:

@@ -5,8 +5,10 @@ Another physical GPU of the same model shifts single benchmarks by more than a u
 window-to-window spread (two ~9 µs bf16 kernels +3.5 % and +4.2 % across units, none beyond
 2.4 % on one unit: docs/results-h200.md); more windows do not average that offset away. So a
 baseline from another (or an unrecorded) unit is judged with the unit-to-unit offset
-``CROSS_UNIT_SIGMA`` in the error term (``for_changes``): it is less sensitive, and the report
-says so. The threshold itself does not move.
+offset of its benchmark class in the error term (``for_changes``; ``gate.calibration``: measured
+between units where two or more have files, else the documented constants): it is less
+sensitive, the report says so, and an undecided benchmark says the smallest change such a
+comparison can show. The threshold itself does not move.
 
 A driver cannot be installed next to another one, so a driver upgrade cannot be judged side by
 side (``fp4bench ab``). The sequence is: record a baseline on this runner just before the
@@ -23,11 +25,6 @@ from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import BaselineError
 from fp4bench.gate.policy import Policy
 
-#: the spread (log time) of one benchmark's offset between two H200 units: docs/measurement.md,
-#: "Another GPU unit" derives it from the cross-unit A/A numbers of docs/results-h200.md
-CROSS_UNIT_SIGMA = 0.006
-
-
 def other_unit(base: Fingerprint | None, current: Fingerprint | None) -> bool:
     """A GPU run whose baseline is from another physical GPU, or where either side did not
     record its unit (``gpu_uuid``): unknown counts as another unit."""
@@ -39,12 +36,12 @@ def other_unit(base: Fingerprint | None, current: Fingerprint | None) -> bool:
 def for_changes(policy: Policy, changes: Sequence[tuple[str, Any, Any]],
                 base: Fingerprint | None = None, current: Fingerprint | None = None) -> Policy:
     """The policy to use given what changed between the baseline's machine and this one: when
-    the fingerprint shows another (or an unrecorded) unit, ``unit_sigma`` = ``CROSS_UNIT_SIGMA``
-    enters the error term (a change needs a larger Δ to be shown)."""
-    if policy.unit_sigma == 0 and (any(key == "gpu_uuid" for key, _, _ in changes) or other_unit(base, current)):
-        return replace(policy, unit_sigma=CROSS_UNIT_SIGMA,
-                       drift_note=f"another or unknown GPU unit: ±{CROSS_UNIT_SIGMA * 100:g}% unit offset "
-                                  "in the error term")
+    the fingerprint shows another (or an unrecorded) unit, the unit offset of each benchmark's
+    class (``policy.noise``) enters the error term (a change needs a larger Δ to be shown)."""
+    if not policy.other_unit and (any(key == "gpu_uuid" for key, _, _ in changes) or other_unit(base, current)):
+        offsets = ", ".join(f"{c} ±{t.unit_sigma * 100:.2g}%" for c, t in policy.noise.classes)
+        return replace(policy, other_unit=True,
+                       drift_note=f"another or unknown GPU unit: unit offset in the error term ({offsets})")
     return policy
 
 

@@ -9,7 +9,10 @@ The timing of one benchmark is decided by ``gate.rule`` on its **window medians*
     AMBIGUOUS  neither, and no further window can be taken (``judge(budget_left=False)``, every
                ``compare``); printed with its interval. In a pytest run an undecided benchmark
                takes another window first (``Verdict.wants_more``), up to a per-case and a
-               session budget. Too few samples (``min_samples``) is AMBIGUOUS too, undecided
+               session budget. Too few samples (``min_samples``) is AMBIGUOUS too, undecided.
+               An undecided benchmark whose interval lies wholly beyond the guard band (on fewer
+               new windows than a FAIL needs, or but for another unit's offset) is AMBIGUOUS
+               with ``remeasure``: the run exits 3 (re-measure), never 0
     INVALID    either run flagged a clock anomaly / invalid sample set in ``extra_info``, or (with
                ``Policy(throttle="invalid")``) throttling: the timing is not judged. INVALID and
                too-few-samples AMBIGUOUS fail the gate unless ``allow_ambiguous``
@@ -84,6 +87,10 @@ class Verdict:
     windows_new: int = 0
     #: undecided, and the caller may take another window (``judge(budget_left=True)``)
     wants_more: bool = False
+    #: undecided with its whole interval beyond the guard band: on fewer independent new windows
+    #: than a FAIL needs, or against another unit's baseline whose offset alone keeps it from a
+    #: FAIL; not a pass: the run exits 3, and the reason names the evidence a FAIL needs
+    remeasure: bool = False
 
     @property
     def pct(self) -> float | None:

@@ -77,11 +77,21 @@ def document(result: CompareResult, *, source: str, exit_code: int, summary: str
         "counts": result.counts(),
         "coverage": result.coverage.to_dict() if coverage and result.coverage is not None else None,
         "changes": [{"key": k, "old": o, "new": n} for k, o, n in result.changes],
-        "policy": dataclasses.asdict(result.policy),
+        "policy": policy_dict(result.policy),
         "delta_spread": None if spread is None else dict(zip(SPREAD_KEYS, spread)),
         "evidence": dict(evidence),
         "benchmarks": [dict(b) for b in benchmarks],
     }
+
+
+def policy_dict(policy: Any) -> dict[str, Any]:
+    """Every field of ``gate.policy.Policy``; its noise terms as ``{"source", "unit_source",
+    "calibrated", "classes": {class: {prior_sigma, run_sigma, unit_sigma}}}``."""
+    out = dataclasses.asdict(policy)
+    noise = policy.noise
+    out["noise"] = {"source": noise.source, "unit_source": noise.unit_source, "calibrated": noise.calibrated,
+                    "classes": {c: dataclasses.asdict(t) for c, t in noise.classes}}
+    return out
 
 
 def dumps(doc: Mapping[str, Any]) -> str:

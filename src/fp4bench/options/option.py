@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 PYTEST = "pytest"
 #: every ``fp4bench`` command that takes options, spelled as on the command line
 COMMANDS = ("env", "compare", "power", "fidelity", "baseline approve", "baseline migrate", "ab", "units",
-            "workload", "shapes", "report", "prepare", "stack freeze", "bisect", "history")
+            "calibrate", "workload", "shapes", "report", "prepare", "stack freeze", "bisect", "history")
 FRONT_ENDS = (PYTEST, *COMMANDS)
 #: what a front end may set its own way
 PER_FRONT = ("default", "help", "type", "required")

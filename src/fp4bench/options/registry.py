@@ -25,7 +25,7 @@ from fp4bench.options.values import (MEMORY_FRACTION, MIN_COPIES, alpha, at_leas
 
 __all__ = ["COMMANDS", "FRONT_ENDS", "OPTIONS", "PYTEST", "Option", "option", "options_of", "policy_kwargs"]
 
-SWEEPS = (PYTEST, "ab", "units")  # the front ends that run a sweep
+SWEEPS = (PYTEST, "ab", "units", "calibrate")  # the front ends that run a sweep
 GATES = (PYTEST, "compare", "ab")  # the front ends that judge with the gate's Policy
 AB = (PYTEST, "ab")  # the A/B upgrade gate: fp4bench ab, or pytest --fp4-ab-against
 WITH_AB = "with --fp4-ab-against: "
@@ -80,8 +80,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("energy-window", "seconds of extra replay per case to measure joules per GEMM via NVML (default "
            "%(default)g: off)", (PYTEST,), type=nonneg_seconds, default=0.0),
     # --- baselines
-    Option("baselines", "baseline root folder (default %(default)s)", (PYTEST, "baseline approve"),
-           default="baselines"),
+    Option("baselines", "baseline root folder (default %(default)s)", (PYTEST, "baseline approve", "calibrate"),
+           default="baselines",
+           per_front={"calibrate": {"help": "baseline root folder: the file goes to <root>/<gpu>/units/<UUID>"
+                                            ".calibration.json (default %(default)s)"}}),
     Option("baseline-file", "a baseline file to gate against (default: with --benchmark-compare, "
            "baselines/<gpu>/approved.json)", (PYTEST, "report"),
            per_front={"report": {"help": "a baseline file: adds the verdict and the Δ%% plot (default: none)"}},
@@ -94,7 +96,7 @@ OPTIONS: tuple[Option, ...] = (
            "allowance", ("power",), action="store_true", default=False, old={"power": "same-unit"}),
     # --- how the gate decides; the defaults are gate.policy.Policy's (tests/options/test_options.py checks)
     Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)",
-           (*GATES, "power", "units", "bisect", "baseline approve"), type=percent, default=5.0,
+           (*GATES, "power", "units", "bisect", "baseline approve", "calibrate"), type=percent, default=5.0,
            per_front={"ab": {"default": 3.0},  # two stacks side by side resolve less than runs minutes apart
                       "bisect": {"default": 3.0, "help": "smallest slowdown a step of fp4bench ab must show to be "
                                  "slower, in %% (default %(default)g, ab's)"},
@@ -123,26 +125,33 @@ OPTIONS: tuple[Option, ...] = (
     Option("no-confirm", "judge the first window only (no further window for an undecided benchmark)", (PYTEST,),
            action="store_true", default=False),
     Option("windows", "independent windows per case, taken in interleaved passes over the sweep (default 3 with "
-           "--fp4-save-baseline, else 1)", (PYTEST, "units"), type=int,
+           "--fp4-save-baseline, else 1)", (PYTEST, "units", "calibrate"), type=int,
            per_front={"units": {"type": at_least(2), "default": 3, "help": "independent windows per benchmark and "
-                                "unit, each in fresh device memory with its own capture (default %(default)d)"}}),
+                                "unit, each in fresh device memory with its own capture (default %(default)d)"},
+                      "calibrate": {"type": at_least(3), "default": 4, "help": "passes per process: 2 in one "
+                                    "placement, the rest each in a fresh placement set (default %(default)d)"}}),
     Option("max-windows", "most windows an undecided benchmark takes in its test (default %(default)s)",
-           (PYTEST, "units"), type=int, default=4,
+           (PYTEST, "units"), type=int, default=6,
            per_front={"units": {"type": at_least(2), "default": 6, "help": "windows a benchmark still undecided for "
                                 "some unit may grow to (default %(default)d)"}}),
-    Option("window-samples", "timed samples per window (default %(default)d)", ("units",), type=at_least(3),
-           default=10),
+    Option("window-samples", "timed samples per window (default %(default)d)", ("units", "calibrate"),
+           type=at_least(3), default=10),
+    Option("processes", "worker processes, one after the other, each its own CUDA context and placements "
+           "(default %(default)d)", ("calibrate",), type=at_least(2), default=3),
+    Option("per-class", "benchmarks of each class (dense, grouped, moe) to measure (default %(default)d)",
+           ("calibrate",), type=at_least(1), default=4),
     Option("window-budget", "seconds a run may spend on windows undecided benchmarks ask for (default %(default)s)",
            (PYTEST,), type=float, default=120.0),
     # --- worker processes
     Option("isolate", "run each case in a worker process: a crash, hang or poisoned CUDA context costs one case",
            (PYTEST,), action="store_true", default=False),
-    Option("case-timeout", "seconds before a worker's request is a hang (default %(default)g)", (PYTEST, "ab", "units"),
+    Option("case-timeout", "seconds before a worker's request is a hang (default %(default)g)",
+           (PYTEST, "ab", "units", "calibrate"),
            type=positive_seconds, default=900.0,
            per_front={PYTEST: {"help": "with --fp4-isolate: seconds a case may take (JIT build included) before it "
                                        "is a hang (default %(default)g)"}}),
     Option("python", "the interpreter or venv to use (default: the one running fp4bench)",
-           (PYTEST, "units", "stack freeze", "bisect"),
+           (PYTEST, "units", "stack freeze", "bisect", "calibrate"),
            per_front={PYTEST: {"help": "with --fp4-isolate: the worker's interpreter or venv (default: this one)"},
                       "units": {"help": "interpreter or venv whose stack every unit runs (default: the one running "
                                         "fp4bench)"},
@@ -196,9 +205,12 @@ OPTIONS: tuple[Option, ...] = (
            "kept out of the rounds (default); cupti: kernel busy time, every round profiled (slower)", ("ab",),
            choices=("span", "cupti"), default="span", old={"ab": "timer"}),
     Option("run-budget", "seconds for the whole run: undecided benchmarks get further rounds or windows only while "
-           "the run fits in it (default %(default)g)", (PYTEST, "ab", "units"), type=positive_seconds, default=600.0,
+           "the run fits in it (default %(default)g)", (PYTEST, "ab", "units", "calibrate"), type=positive_seconds,
+           default=600.0,
            per_front={PYTEST: {"help": WITH_AB + "seconds for the whole A/B run; undecided benchmarks get more rounds "
-                                      "only while it fits (default %(default)g)"}},
+                                      "only while it fits (default %(default)g)"},
+                      "calibrate": {"default": 300.0, "help": "seconds for the calibration: no further pass or "
+                                    "process starts after it (at least 3 passes in 2 processes; default %(default)g)"}},
            old={PYTEST: "ab-time-budget", "ab": "time-budget", "units": "time-budget"}),
     Option("benchmark-budget", "seconds of added measurement one benchmark may take (default %(default)g)", ("ab",),
            type=positive_seconds, default=30.0),
@@ -230,7 +242,8 @@ OPTIONS: tuple[Option, ...] = (
                                                    "approved.json: use 'baseline approve')"},
                       "report": {"help": "output folder (created; its parent must exist)", "required": True}}),
     Option("force", "do what a safety check refuses: replace an existing output file (never one the command reads)",
-           (PYTEST, "compare", "fidelity", "ab", "units", "report", "baseline approve", "baseline migrate", "history"),
+           (PYTEST, "compare", "fidelity", "ab", "units", "report", "baseline approve", "baseline migrate", "history",
+            "calibrate"),
            action="store_true", default=False,
            per_front={PYTEST: {"help": "let --fp4-verdict-json, --fp4-csv and --fp4-log replace existing files "
                                        "(never a file this run reads)"},

@@ -25,7 +25,7 @@ from fp4bench.plugin import benchmark as pb
 from fp4bench.plugin.console import fail, skip
 from fp4bench.report.tables import result_row, verdict_headline, verdict_message
 from fp4bench.run.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED, CaseResult
-from fp4bench.run.windows import take_window
+from fp4bench.run.windows import settle, take_window
 
 
 def run_case(st: Any, request: pytest.FixtureRequest, benchmark: Any, spec: Any) -> CaseResult:
@@ -106,19 +106,18 @@ def gate(st: Any, node: Any, benchmark: Any, spec: Any, backend: Any, base: Any,
     opt = st.config.getoption
     max_windows = 1 if opt("fp4_no_confirm") else opt("fp4_max_windows")
     ws = st.windows[fullname]
-    while True:
-        budget_left = len(ws) < max_windows and st.window_seconds < opt("fp4_window_budget")
-        v = judge(fullname, base, ws, res.extra_info, policy, budget_left=budget_left)
-        if not v.wants_more:
-            break
+
+    def take(index: int):
         t0 = clock.now()
-        window, why = take_window(st.runner, backend, spec)
-        st.window_seconds += clock.now() - t0
-        if window is None:  # the case broke on a re-measure: judge what was measured
-            st.window_errors.append((fullname, why))
-            max_windows = len(ws)
-            continue
-        ws.append(window)
+        try:
+            return take_window(st.runner, backend, spec, index)
+        finally:
+            st.window_seconds += clock.now() - t0
+
+    v = settle(lambda windows, budget_left: judge(fullname, base, windows, res.extra_info, policy,
+                                                  budget_left=budget_left),
+               take, ws, max_windows, lambda: st.window_seconds < opt("fp4_window_budget"),
+               lambda why: st.window_errors.append((fullname, why)))
     st.judged[fullname] = len(ws)
     benchmark.extra_info["verdict"] = str(v.status)
     if is_failure(v, policy):

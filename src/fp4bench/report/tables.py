@@ -20,7 +20,7 @@ from fp4bench.report.textfit import common_parts, common_prefix, fit_table, wrap
 
 #: shown in the report header when the gate cannot rely on being on the baseline's own GPU
 OTHER_UNIT = ("baseline from another/unknown GPU unit: less sensitive (a unit offset widens every interval); "
-              "approve a baseline recorded on this runner for full sensitivity")
+              "record one on this runner (units/<UUID>.json) or use fp4bench ab")
 
 
 def format_seconds(s: float | None) -> str:
@@ -130,7 +130,7 @@ def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
     return [v for v in result.verdicts
             if v.status is Status.AMBIGUOUS and v.kind == "timing" and not v.undecided
             and v.interval is not None and v.interval[1] < result.policy.floor * 100
-            and not result.is_failure(v)]
+            and not result.is_failure(v) and not v.remeasure]
 
 
 def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5, prefix: str = "") -> str:
@@ -161,8 +161,10 @@ def verdict_table(result: CompareResult) -> str:
         f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
         f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}"
     )
+    noise = next(iter(result.policies.values()), p).noise
+    lines += wrap_line(noise.header())
     if result.less_sensitive():
-        lines.append(OTHER_UNIT)
+        lines += wrap_line(OTHER_UNIT)
     lines += list(result.notes)
     lines.append("")
     header = ["verdict", "benchmark", "base", "now", "Δ", "interval", "windows", "notes"]
@@ -252,8 +254,12 @@ def verdict_summary(result: CompareResult) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
     code = result.exit_code
     outcome = OUTCOME[code]
-    if code == EXIT_INCOMPLETE and result.coverage is not None:
+    if code == EXIT_INCOMPLETE and result.coverage is not None and result.coverage.incomplete:
         outcome = result.coverage.problem()
+    elif code == EXIT_INCOMPLETE and result.remeasure:
+        n = len(result.remeasure)
+        outcome = (f"re-measure: {n} benchmark{'s' if n != 1 else ''} shown slower beyond the guard band "
+                   "without the evidence a FAIL needs (each names what it needs)")
     return f"{counts or 'no verdicts'} → {outcome} (exit {code})"
 
 

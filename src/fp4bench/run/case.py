@@ -113,6 +113,15 @@ def measurement_of(device_type: str, cold_l2: bool, timer: str, min_copies: int 
     return out
 
 
+def placement_pad_bytes(seed: int, index: int) -> int:
+    """The pad of placement set ``index`` (``CaseRunner.new_placement``): 4-260 MiB in 2 MiB steps
+    (the caching allocator's large-block granularity), drawn from the seed and the index, so a
+    run's windows get different placements and a rerun the same sequence."""
+    import random
+
+    return (1 + random.Random(seed * 1_000_003 + index).randrange(1, 130)) * (2 << 20)
+
+
 class CaseRunner:
     """Holds the per-session caches (operands, references) and the measurement settings."""
 
@@ -133,6 +142,8 @@ class CaseRunner:
         # would dominate a tactic sweep's wall time
         self._prep_for: tuple[Backend, Operands] | None = None
         self._prep: Prepared | None = None
+        #: the pad that moves the next operand sets to a fresh placement (``new_placement``)
+        self._pad: torch.Tensor | None = None
 
     def measurement(self) -> dict[str, Any]:
         """How this runner takes its times (recorded in a saved run's ``sweep``)."""
@@ -184,9 +195,23 @@ class CaseRunner:
         self.drop_prepared()
         self._ops.clear()
         self._refs.clear()
+        self._pad = None
         gc.collect()  # a reference cycle (a traceback, a closure) must not keep a released copy
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    def new_placement(self, index: int) -> int:
+        """Move what is allocated next to a fresh placement set: hold a pad of device memory, its
+        size drawn from ``index`` and the seed (``placement_pad_bytes``), until the next
+        ``release``. Operands re-made after a release land on nearly the same placement every
+        time; made beside a live allocation they land elsewhere (docs/results-h200.md, run 23:
+        "clonepad"), so each window of a run (``run.windows``) samples a placement of its own.
+        Returns the pad's bytes (0 off CUDA, where placement does not apply)."""
+        if self.device.type != "cuda":
+            return 0
+        nbytes = placement_pad_bytes(self.seed, index)
+        self._pad = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return nbytes
 
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:

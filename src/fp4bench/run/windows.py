@@ -28,23 +28,59 @@ Two ways a run takes more than one window of a case:
   would leave them seconds apart in one power state, which is what makes a single-window
   baseline misleading.
 * a suspect (``Verdict.wants_more``) takes its next window in its own test, at once
-  (``plugin.cases.gate``), within ``--fp4-max-windows`` and ``--fp4-window-budget``.
+  (``settle``, run by ``plugin.cases.gate``), within ``--fp4-max-windows`` and
+  ``--fp4-window-budget``.
+
+Every window after a case's first is taken in a fresh placement set (``take_window(...,
+placement)``: a release, then ``CaseRunner.new_placement`` holds a pad of a size drawn from the
+window's index, so the window's operands and copies land elsewhere), so windows are independent
+in placement as well as in clock and capture state: a FAIL, which needs two new windows, rests on
+at least two placements. What the windows of one process still share is the run term
+(``gate.calibration``: measured per unit by ``fp4bench calibrate``), which the rule carries in
+its error.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 
-def take_window(runner: Any, backend: Any, spec: Any) -> tuple[list[float] | None, str]:
-    """One more window of ``spec``: (samples, "") or (None, why it could not be measured)."""
+def take_window(runner: Any, backend: Any, spec: Any, placement: int | None = None
+                ) -> tuple[list[float] | None, str]:
+    """One more window of ``spec``: (samples, "") or (None, why it could not be measured).
+    ``placement``: the window's index, which draws its fresh placement set
+    (``CaseRunner.new_placement``)."""
     from fp4bench.run.case import MEASURED
 
     runner.release()  # fresh memory: an unlucky placement is not measured twice
+    if placement is not None:
+        runner.new_placement(placement)
     res = runner.run(backend, spec.problem, spec.tactic)
     if res.status != MEASURED or res.timing is None:
         return None, f"{res.status}: {res.reason}"
     return list(res.timing.samples_s), ""
+
+
+def settle(judge_at: Callable[[list, bool], Any], take: Callable[[int], tuple[list[float] | None, str]],
+           windows: list, max_windows: int, budget_ok: Callable[[], bool] = lambda: True,
+           on_error: Callable[[str], None] = lambda why: None) -> Any:
+    """The gate's window loop for one case (``plugin.cases.gate``): judge ``windows``
+    (``judge_at(windows, budget_left)`` returns a ``gate.verdict.Verdict``); while the verdict
+    wants more and ``len(windows) < max_windows`` and ``budget_ok()``, take the next window
+    (``take(index)``: its own fresh placement set, ``take_window``) and judge again. A window
+    that cannot be measured ends the loop on what was measured (``on_error(why)``). Returns the
+    last verdict; ``windows`` holds every window taken."""
+    while True:
+        budget_left = len(windows) < max_windows and budget_ok()
+        v = judge_at(windows, budget_left)
+        if not v.wants_more:
+            return v
+        window, why = take(len(windows))
+        if window is None:  # the case broke on a re-measure: judge what was measured
+            on_error(why)
+            max_windows = len(windows)
+            continue
+        windows.append(window)
 
 
 def window_count(config: Any) -> int:
@@ -64,7 +100,7 @@ def extra_passes(session: Any, passes: int, should_stop=lambda: False) -> int:
         for fullname, (backend, spec) in list(session.cases.items()):
             if should_stop():
                 return taken
-            samples, why = take_window(session.runner, backend, spec)
+            samples, why = take_window(session.runner, backend, spec, len(session.windows[fullname]))
             if samples is None:
                 session.window_errors.append((fullname, why))
                 continue

@@ -161,10 +161,13 @@ class Child:
 
     def drop(self, req: dict[str, Any]) -> dict[str, Any]:
         """Forget the captured case; ``release``: also every cached operand set and reference,
-        with the freed device memory handed back (another process needs it next)."""
+        with the freed device memory handed back (another process needs it next), and with
+        ``placement`` a fresh placement set for what comes next (``CaseRunner.new_placement``)."""
         self._calls = {}
         if req.get("release"):
             self.runner.release()
+            if req.get("placement") is not None:  # the next window's fresh placement set
+                self.runner.new_placement(int(req["placement"]))
         else:
             self.runner.drop_prepared()
         out: dict[str, Any] = {"status": "dropped"}

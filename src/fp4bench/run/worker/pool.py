@@ -295,10 +295,14 @@ class IsolatedRunner:
         """``CaseRunner.release`` in the worker: every cached operand set back to the driver."""
         self._drop(release=True)
 
-    def _drop(self, *, release: bool) -> None:
+    def new_placement(self, index: int) -> None:
+        """``CaseRunner.release`` then ``CaseRunner.new_placement(index)`` in the worker."""
+        self._drop(release=True, placement=index)
+
+    def _drop(self, *, release: bool, placement: int | None = None) -> None:
         if self.worker.proc is not None:
             try:
-                self.worker.request({"op": "drop", "release": release})
+                self.worker.request({"op": "drop", "release": release, "placement": placement})
             except WorkerLost:
                 pass  # the next run starts a fresh worker anyway
 

@@ -7,7 +7,9 @@ Requests (parent -> child)::
     {"op": "run", "case": CASE, "measure": true}     check + time, like CaseRunner.run
     {"op": "check", "case": CASE}                    check only, plus the reference digest
     {"op": "time", "case": CASE, "samples": 10}      one short timing round (after "check")
-    {"op": "drop"}                                   forget prepared operands
+    {"op": "drop"}                                   forget prepared operands ("release": every
+                                                     operand set too; "placement": then a fresh
+                                                     placement set, CaseRunner.new_placement)
 
     CASE = {"backend": name, "tactic": label, "problem": PROBLEM}
 
