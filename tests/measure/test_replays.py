@@ -97,3 +97,26 @@ def test_the_launcher_is_the_eager_call_off_cuda_and_bad_arguments_are_named():
     assert launch is k and method == "eager calls"
     with pytest.raises(ValueError, match="n >= 1 and at least one operand set"):
         later.replay_check(k, lambda: None, [], 4, "eager")
+
+
+def test_an_output_identical_to_one_that_passed_is_not_classified_again():
+    k = Kernel()
+    counted = []
+    sets = _sets(k)
+    for s in sets:
+        check = s.check
+        s.check = lambda got, check=check: counted.append(1) or check(got)
+    assert later.replay_check(k, lambda: k.out.fill_(SENTINEL), sets, 8, "eager").result.ok
+    assert len(counted) == 2  # deterministic: one classification per operand set
+    counted.clear()
+    noisy = Kernel()
+    noisy_sets = _sets(noisy)
+    for s in noisy_sets:
+        check = s.check
+        s.check = lambda got, check=check: counted.append(1) or check(got)
+    calls = iter(range(100))
+    launch = lambda: noisy().add_(next(calls) * 1e-7)  # noqa: E731 (bits differ, values within the bound)
+    assert later.replay_check(launch, lambda: noisy.out.fill_(SENTINEL), noisy_sets, 8, "eager").result.ok
+    assert len(counted) == 8
+    assert later.identical(torch.tensor([float("nan")]), torch.tensor([float("nan")]))
+    assert not later.identical(torch.zeros(2), torch.zeros(3))

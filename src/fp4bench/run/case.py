@@ -31,7 +31,7 @@ from fp4bench.measure import replays as later
 from fp4bench.measure.telemetry import for_device as telemetry_for
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
 from fp4bench.measure.verify import WRONG_LAYOUT, CheckResult, check_case
-from fp4bench.measure.verify_quant import check_quant, compare_quantized
+from fp4bench.measure.verify_quant import check_quant, compare_quantized, padding_written
 from fp4bench.run.checks import SecondSet, second_set
 from fp4bench.workload.operands import Operands, make_operands, other_activations
 from fp4bench.workload.problems import Problem, QuantProblem
@@ -240,14 +240,20 @@ class CaseRunner:
         info["scale_padding_poisoned"] = self._padding
         if not check.ok:
             return self._failed(backend, prep, check, info)
+        quantizer = self._quantizer_call(backend, prep, tactic)
+        if quantizer is not None:  # what the GEMM fed by this quantizer may find in the padding
+            c = ops.qa.scales.shape[-1]
+            info["quant_scale_padding"] = padding_written(quantizer, ops.qa.scales.shape[-2], c,
+                                                          getattr(backend, "scale_layout", "128x4"), self.device)
         timing = None
+        fns, bad_copy = self._rotating_calls(backend, problem, ops, prep, tactic)  # checked also untimed
+        if bad_copy is not None:
+            info.update(bad_copy.to_extra_info())
+            return self._failed(backend, prep, bad_copy, info)
+        info["copies_checked"] = len(fns)
         if measure:
-            fns, bad_copy = self._rotating_calls(backend, problem, ops, prep, tactic)
-            if bad_copy is not None:
-                info.update(bad_copy.to_extra_info())
-                return self._failed(backend, prep, bad_copy, info)
             timing = self._time(backend, fns, info)
-            del fns  # the copies go before the replays' second operand set is made
+        del fns  # the copies go before the replays' second operand set is made
         replayed = self._replay(backend, ops, prep, tactic, timing)
         if replayed is not None:
             info.update(replayed.to_extra_info())
@@ -290,6 +296,14 @@ class CaseRunner:
         if self._check_prepared(backend, ops, zeroed, tactic).ok:
             return later.reads_padding(self._padding, check)
         return check
+
+    @staticmethod
+    def _quantizer_call(backend: Backend, prep: Prepared, tactic: Tactic) -> Any:
+        """One call of the library quantizer of a quantizer or end-to-end row; None for others."""
+        if isinstance(prep.problem, QuantProblem):
+            return lambda: backend.run(prep, tactic)
+        own = getattr(backend, "quantized_activations", None)
+        return None if own is None else (lambda: own(prep))
 
     def _check_prepared(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic) -> CheckResult:
         """A quantizer's bytes bit-exact against ours; a GEMM's output against the reference (after

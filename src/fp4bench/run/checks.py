@@ -41,15 +41,20 @@ def _alike(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
 
 
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """A 1-byte tensor (FP4 pairs, E4M3/E8M0 scales: types with few ops) as uint8; others as
+    they are."""
+    return t.view(torch.uint8) if t.element_size() == 1 and t.dtype != torch.bool else t
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal bytes (NaN-padded scale buffers compare equal to themselves)."""
+    """Equal contents (NaN where the other has NaN counts as equal: poisoned padding)."""
     if a is b:
         return True
-    if a.element_size() == 1:
-        return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
-    return torch.equal(a, b) or bool(torch.equal(torch.isnan(a), torch.isnan(b)) and
-                                     torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
-                                     if a.is_floating_point() else False)
+    a, b = _raw(a), _raw(b)
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
 
 
 @dataclass
@@ -68,11 +73,11 @@ class SecondSet:
 
     def load_own(self) -> None:
         for dst, src in zip(self.slots, self.own):
-            dst.copy_(src)
+            _raw(dst).copy_(_raw(src))
 
     def load_other(self) -> None:
         for dst, src in zip(self.slots, self.other):
-            dst.copy_(src)
+            _raw(dst).copy_(_raw(src))
 
 
 def second_set(prep: Prepared, ops: Operands, other_ops: Operands,
@@ -81,17 +86,22 @@ def second_set(prep: Prepared, ops: Operands, other_ops: Operands,
     """The second set for ``prep`` (the case's prepared ``ops``): ``prepare`` makes another
     ``Prepared`` of an operand set, ``reference`` the reference of ``other_ops`` under that
     prepare's reference options (None for a quantizer row: its expected bytes are ``other_ops.qa``)."""
-    again, other = prepare(ops), prepare(other_ops)
-    mine, twice, theirs = tensors_of(prep.args), tensors_of(again.args), tensors_of(other.args)
-    if not (len(mine) == len(twice) == len(theirs)
-            and all(_alike(a, b) and _alike(a, c) for a, b, c in zip(mine, twice, theirs))):
+    mine = tensors_of(prep.args)
+    twice = tensors_of(prepare(ops).args)  # dropped before the second set is prepared
+    if not (len(mine) == len(twice) and all(_alike(a, b) for a, b in zip(mine, twice))):
+        return SecondSet(None, [], [], [], None, "one operand set: two prepares give different layouts")
+    stable = [_same(a, b) for a, b in zip(mine, twice)]
+    del twice
+    other = prepare(other_ops)
+    theirs = tensors_of(other.args)
+    if not (len(mine) == len(theirs) and all(_alike(a, c) for a, c in zip(mine, theirs))):
         return SecondSet(None, [], [], [], None, "one operand set: the second set's prepared layout differs")
     slots, own, others = [], [], []
-    for a, b, c in zip(mine, twice, theirs):
-        if _same(a, b) and not _same(a, c):
+    for a, c, keep in zip(mine, theirs, stable):
+        if keep and not _same(a, c):
             slots.append(a)
-            own.append(a.clone())
-            others.append(c.clone() if c.data_ptr() == a.data_ptr() else c)
+            own.append(_raw(a).clone())
+            others.append(_raw(c).clone())
     if not slots:
         return SecondSet(None, [], [], [], None, "one operand set: no prepared tensor carries the activations")
     return SecondSet(other_ops, slots, own, others, reference(other_ops, other))
