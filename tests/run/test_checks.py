@@ -51,3 +51,14 @@ def test_tensors_of_walks_nested_containers_and_dataclasses_in_order():
     got = tensors_of({"p": inner, "l": (torch.zeros(2), [torch.zeros(3)]), "ops": ops, "k": 1})
     assert got[0] is inner.out and got[1] is inner.args["x"] and got[3].numel() == 3
     assert any(t is ops.qa.data for t in got)
+
+
+def test_same_compares_bits_so_poisoned_padding_equals_itself():
+    from fp4bench.run.checks import _same
+
+    x = torch.tensor([1.0, float("nan"), 2.0], dtype=torch.bfloat16)
+    assert _same(x, x.clone()) and not _same(x, torch.tensor([1.0, float("nan"), 3.0], dtype=torch.bfloat16))
+    w = torch.randn(8, 4)
+    assert _same(w.T, w.clone().T) and _same(w.T, w.T) and not _same(w.T, (w + 1).T)
+    e4m3 = torch.full((4,), 0xFF, dtype=torch.uint8).view(torch.float8_e4m3fn)  # NaN bytes
+    assert _same(e4m3, e4m3.view(torch.uint8).clone().view(torch.float8_e4m3fn))

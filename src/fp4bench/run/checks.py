@@ -47,14 +47,19 @@ def _raw(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.element_size() == 1 and t.dtype != torch.bool else t
 
 
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal contents (NaN where the other has NaN counts as equal: poisoned padding)."""
-    if a is b:
+    """The same bits (a NaN, such as poisoned padding, equals itself). Compares in place, with
+    no copy of either tensor: prepared weights can be gigabytes."""
+    if a is b or (a.data_ptr() == b.data_ptr() and a.stride() == b.stride()):
         return True
     a, b = _raw(a), _raw(b)
-    if not a.is_floating_point():
-        return torch.equal(a, b)
-    return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
+    if torch.equal(a, b):
+        return True
+    bits = _BITS.get(a.element_size())
+    return a.is_floating_point() and bits is not None and torch.equal(a.view(bits), b.view(bits))
 
 
 @dataclass
