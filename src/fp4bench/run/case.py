@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from fp4bench import formats
+from fp4bench import clock, formats
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
 from fp4bench.measure import copies as copy_rule
 from fp4bench.measure import kernels as kernel_ids
@@ -230,6 +230,7 @@ class CaseRunner:
         ops = self.operands(problem, backend.act_format, backend.weight_format)
         prep = self.prepared(backend, problem, ops)
         info = self._describe(backend, avail.version, problem, tactic)
+        t0 = clock.now()
         try:
             check = self._check(backend, ops, prep, tactic)
         except TacticUnsupported as exc:
@@ -254,7 +255,9 @@ class CaseRunner:
         if measure:
             timing = self._time(backend, fns, info)
         del fns  # the copies go before the replays' second operand set is made
-        replayed = self._replay(backend, ops, prep, tactic, timing)
+        # a call's time: the timer's estimate, else (untimed) half the first check (two calls)
+        est = (clock.now() - t0) / 2 if timing is None else timing.extra.get("estimate_s", timing.median_s)
+        replayed = self._replay(backend, ops, prep, tactic, est)
         if replayed is not None:
             info.update(replayed.to_extra_info())
             if not replayed.result.ok:
@@ -343,10 +346,10 @@ class CaseRunner:
         return self._second
 
     def _replay(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic,
-                timing: TimingResult | None) -> later.ReplayReport | None:
-        """``self.replays`` replays of the case (fewer for a long call: ``replays_for``), the
-        inputs alternating between the case's operands and a second set, each output checked."""
-        est = None if timing is None else timing.extra.get("estimate_s", timing.median_s)
+                est: float) -> later.ReplayReport | None:
+        """``self.replays`` replays of the case (fewer for a call that takes ``est`` seconds too
+        long: ``replays_for``), the inputs alternating between the case's operands and a second
+        set, each output checked."""
         n = later.replays_for(self.replays, est, self.timing.time_budget_s,
                               prep.out.numel() * prep.out.element_size())
         if n == 0:
