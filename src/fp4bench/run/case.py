@@ -291,14 +291,18 @@ class CaseRunner:
 
     def _check(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic) -> CheckResult:
         """``_check_prepared``; a GEMM case that fails with its scale padding poisoned is prepared
-        again with zero padding and checked again: passing then, it ``reads scale padding``."""
+        again with zero padding and checked again: passing then, it ``reads scale padding``;
+        failing then too, it is named by that check (the failure does not come from the padding)."""
         check = self._check_prepared(backend, ops, prep, tactic)
         if check.ok or check.kind == WRONG_LAYOUT or not self._padding or isinstance(ops.problem, QuantProblem):
             return check
         zeroed = backend.prepare(ops.problem, ops, self.device)  # outside scale_padding: zeros
-        if self._check_prepared(backend, ops, zeroed, tactic).ok:
+        plain = self._check_prepared(backend, ops, zeroed, tactic)
+        if plain.ok:
             return later.reads_padding(self._padding, check)
-        return check
+        if plain.kind != check.kind:  # wrong whatever the padding holds: named as with zero padding
+            plain.detail += f" (with 0xFF in the scale padding: {check.kind})"
+        return plain
 
     @staticmethod
     def _quantizer_call(backend: Backend, prep: Prepared, tactic: Tactic) -> Any:
