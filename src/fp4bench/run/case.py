@@ -31,8 +31,8 @@ from fp4bench.measure import replays as later
 from fp4bench.measure.telemetry import for_device as telemetry_for
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
 from fp4bench.measure.verify import WRONG_LAYOUT, CheckResult, check_case
-from fp4bench.measure.verify_quant import check_quant, compare_quantized, padding_written
-from fp4bench.run.checks import SecondSet, second_set
+from fp4bench.measure.verify_quant import check_quant, padding_written
+from fp4bench.run.checks import SecondSet, replay_case, second_set
 from fp4bench.workload.operands import Operands, make_operands, other_activations
 from fp4bench.workload.problems import Problem, QuantProblem
 from fp4bench.reference.bound import Reference, reference_and_bound
@@ -326,14 +326,6 @@ class CaseRunner:
         ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
         return check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
 
-    def _output_check(self, backend: Backend, ops: Operands, prep: Prepared, ref: Any) -> Any:
-        """How one replay's output is classified: a quantizer's bytes against ``ops.qa``, a GEMM's
-        output against ``ref`` (a ``Reference``)."""
-        if isinstance(ops.problem, QuantProblem):
-            layout = getattr(backend, "scale_layout", "128x4")
-            return lambda got: compare_quantized(got, ops.qa, layout)
-        return lambda got: later.check_output(got, ref.out, ref.bound, prep.out)
-
     def _second_set(self, backend: Backend, ops: Operands, prep: Prepared) -> SecondSet:
         """The replays' second operand set for the cached ``prep`` (made once per backend and
         problem, like ``prep``, and dropped with it)."""
@@ -358,21 +350,9 @@ class CaseRunner:
                               prep.out.numel() * prep.out.element_size())
         if n == 0:
             return None
-        second = self._second_set(backend, ops, prep)
         own_ref = None if isinstance(ops.problem, QuantProblem) else self.reference(
             ops, backend.reference_options(prep), backend.output_roundings)
-        sets = [later.OperandSet("A", second.load_own, self._output_check(backend, ops, prep, own_ref))]
-        if second.ops is not None:
-            sets.append(later.OperandSet("B", second.load_other,
-                                         self._output_check(backend, second.ops, prep, second.reference)))
-        launch, method, _keep = later.launcher(lambda: backend.run(prep, tactic), self.device,
-                                               backend.no_graph_reason)
-        if second.note:
-            method = f"{method}; {second.note}"
-        sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
-        # a quantizer allocates its outputs (its ``out`` is its input): nothing to poison
-        poison = (lambda: None) if isinstance(ops.problem, QuantProblem) else (lambda: prep.out.fill_(later.SENTINEL))
-        return later.replay_check(launch, poison, sets, n, method, sync)
+        return replay_case(backend, prep, tactic, ops, own_ref, self._second_set(backend, ops, prep), n, self.device)
 
     def timed_calls(self, backend: Backend, problem: Problem, tactic: Tactic) -> list:
         """The callables ``run`` times (rotating copies for a cold L2), for a caller that times

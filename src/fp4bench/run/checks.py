@@ -1,4 +1,5 @@
-"""The second operand set of a case's replays, loaded into its prepared buffers between replays.
+"""A case's replays (``replay_case``) and their second operand set, loaded into the case's
+prepared buffers between replays.
 
 A replay that always sees the same inputs cannot show a kernel returning a stale result. The
 second set is the same problem, weights and routing with activations of another seed
@@ -18,9 +19,12 @@ from typing import Any, Callable
 
 import torch
 
-from fp4bench.backends.base import Prepared
+from fp4bench.backends.base import Backend, Prepared, Tactic
+from fp4bench.measure import replays as later
+from fp4bench.measure.verify_quant import compare_quantized
 from fp4bench.reference.bound import Reference
 from fp4bench.workload.operands import Operands
+from fp4bench.workload.problems import QuantProblem
 
 
 def tensors_of(obj: Any) -> list[torch.Tensor]:
@@ -110,3 +114,30 @@ def second_set(prep: Prepared, ops: Operands, other_ops: Operands,
     if not slots:
         return SecondSet(None, [], [], [], None, "one operand set: no prepared tensor carries the activations")
     return SecondSet(other_ops, slots, own, others, reference(other_ops, other))
+
+
+def _output_check(backend: Backend, ops: Operands, prep: Prepared, ref: Reference | None) -> Callable[[Any], Any]:
+    """How one replay's output is classified: a quantizer's bytes against ``ops.qa``, a GEMM's
+    output against ``ref``."""
+    if isinstance(ops.problem, QuantProblem):
+        layout = getattr(backend, "scale_layout", "128x4")
+        return lambda got: compare_quantized(got, ops.qa, layout)
+    assert ref is not None
+    return lambda got: later.check_output(got, ref.out, ref.bound, prep.out)
+
+
+def replay_case(backend: Backend, prep: Prepared, tactic: Tactic, ops: Operands, ref: Reference | None,
+                second: SecondSet, n: int, device: torch.device) -> later.ReplayReport:
+    """``n`` replays of ``backend.run(prep, tactic)`` (``measure.replays``), alternating between
+    the case's own operands ``ops`` (reference ``ref``; None for a quantizer row) and ``second``."""
+    sets = [later.OperandSet("A", second.load_own, _output_check(backend, ops, prep, ref))]
+    if second.ops is not None:
+        sets.append(later.OperandSet("B", second.load_other,
+                                     _output_check(backend, second.ops, prep, second.reference)))
+    launch, method, _keep = later.launcher(lambda: backend.run(prep, tactic), device, backend.no_graph_reason)
+    if second.note:
+        method = f"{method}; {second.note}"
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    # a quantizer allocates its outputs (its ``out`` is its input): nothing to poison
+    poison = (lambda: None) if isinstance(ops.problem, QuantProblem) else (lambda: prep.out.fill_(later.SENTINEL))
+    return later.replay_check(launch, poison, sets, n, method, sync)
