@@ -324,3 +324,25 @@ def test_a_mismatch_of_the_nvfp4_moe_names_the_4over6_environment_where_the_kern
     assert len(messages) == len(rows), res.stdout[-3000:]
     named = flashinfer == "0.7.2.post1"
     assert all(("FLASHINFER_NVFP4_4OVER6=1" in m) == named for m in messages), messages
+
+
+LATER_OUTCOMES = {
+    # fault of the fake FlashInfer dense GEMM: (the kind it must fail as, extra options)
+    "late": ("replay mismatch", ()),                        # zeros from its third launch on
+    "copy": ("copy mismatch", ("--fp4-min-copies", "2")),   # wrong on a rotating copy
+    "padding": ("reads scale padding", ()),                 # adds a padding entry of its scales
+}
+
+
+@pytest.mark.parametrize("fault", sorted(LATER_OUTCOMES))
+def test_each_fault_of_a_later_launch_is_named_and_the_clean_rows_pass(tmp_path, fault):
+    kind, extra = LATER_OUTCOMES[fault]
+    res = bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass,cublaslt-v2", "--fp4-kinds",
+                "dense", "--benchmark-disable", *extra, fault=fault)
+    bad, clean = of(res, "flashinfer-cutlass"), of(res, "cublaslt-v2")
+    assert bad and clean, res.stdout[-3000:]
+    assert all(s == "FAILED" for s, _ in bad.values()), bad
+    assert all(s == "PASSED" for s, _ in clean.values()), clean
+    named = re.findall(rf"flashinfer-cutlass \[\S+\] on \S+: {kind}: ", unwrapped(res.stdout))
+    assert len(named) >= len(bad), res.stdout[-3000:]
+    assert res.returncode == 1

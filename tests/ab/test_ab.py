@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fp4bench.ab.estimate import ab_estimate, offsets
-from fp4bench.ab.judge import judge, outcome, report, to_json
+from fp4bench.ab.judge import WRONG_OUTPUT, judge, outcome, report, to_json
 from fp4bench.ab.config import AbConfig, Side
 from fp4bench.ab.records import AbRun, Paired, ProcInfo, SideResult
 from fp4bench.ab.run import AbRunner
@@ -519,3 +519,17 @@ def test_pytest_ab_against_passes_on_the_same_stack_and_honours_k(ab_bench):
     assert "shared_down" in out and "shared_gate_up" not in out.split("fp4bench ab: this environment")[1]
     res = ab_bench.runpytest(*AB_PYTEST, "--benchmark-compare")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "does not take a baseline" in res.stderr.str()
+
+
+def test_a_side_whose_replays_go_wrong_fails_as_wrong_output_never_as_timing():
+    """B returns the result of its first input whatever the input holds later: right on the
+    check's two launches, wrong on every replay of the second operand set."""
+    run, lines = _run({"FAKE_STALE": "1"}, rounds=2, max_rounds=2)
+    assert run.pairs and all(p.b.status == "failed" and p.a.status == "measured" for p in run.pairs)
+    assert all(p.b.reason.startswith("replay mismatch: 8 of 16 replays; first bad: replay 2 (operand set B): ")
+               for p in run.pairs), [p.b.reason for p in run.pairs]
+    assert all(p.stopped == "a check failed" and not any(x.rounds for x in p.parts) for p in run.pairs)
+    verdicts = [v for v in judge(run, Policy(floor=0.2)).verdicts]
+    assert len(verdicts) == len(run.pairs) and all(
+        v.status == Status.FAIL and v.kind == WRONG_OUTPUT and v.reason.startswith("B: replay mismatch")
+        for v in verdicts), verdicts

@@ -423,3 +423,39 @@ def test_all_zero_occupancy_keeps_every_tactic_as_flashinfer_does() -> None:
     ops = make_operands(_problem(), *W4A16)
     unusable = be.prepare(ops.problem, ops, CPU).args["meta"]["unusable"]
     assert sorted(unusable) == [4]  # GEMM1: all zero -> keep all; GEMM2: only tactic 4 is zero
+
+
+def test_w4a16_every_tactic_is_replayed_on_two_operand_sets_and_a_stale_tactic_fails(monkeypatch) -> None:
+    """The SM90 W4A16 path through CaseRunner: the second set's bf16 input is found in its prepared
+    layout (``run.checks``), every tactic's replays pass, and a kernel that keeps returning its
+    first result fails as ``replay mismatch`` (FlashInfer #4841's class: right at warm-up, wrong later)."""
+    from fakes.arch import pretend
+    from fp4bench.measure.replays import REPLAY_MISMATCH
+    from fp4bench.measure.timing import TimingConfig
+    from fp4bench.run.case import FAILED, MEASURED, CaseRunner
+
+    pretend(monkeypatch, "H200")
+    be = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer("90", n1=1, n2=1))
+    runner = CaseRunner(CPU, TimingConfig(mode="cpu", time_budget_s=0.01), replays=4)  # the fake MoE is slow
+    p = _problem(t=3, e=4, h=128, i=128, seed=3)
+    for tactic in be.tactics(p, CPU):
+        res = runner.run(be, p, tactic, measure=False)
+        assert res.status == MEASURED, res.reason
+        info = res.extra_info
+        assert info["replays"] == 4 and info["replays_failed"] == 0 and info["replay_method"] == "eager calls"
+        assert info["scale_padding_poisoned"] == 0  # MXFP4 scales interleaved, never padded
+
+    class Stale(fim.FlashInferCutlassMoEW4A16):
+        first = None
+
+        def run(self, prepared, tactic):
+            out = super().run(prepared, tactic)
+            if self.first is None:
+                self.first = out.clone()
+            out.copy_(self.first)
+            return out
+
+    res = CaseRunner(CPU, TimingConfig(mode="cpu", time_budget_s=0.01), replays=4).run(
+        Stale(api=FakeFlashInfer("90", n1=1, n2=1)), p, DEFAULT_TACTIC, measure=False)
+    assert res.status == FAILED and res.check.kind == REPLAY_MISMATCH
+    assert res.reason.startswith("replay mismatch: 2 of 4 replays; first bad: replay 2 (operand set B): mismatch")

@@ -1,8 +1,9 @@
 """A fake "environment" for ``fp4bench ab`` tests: one dense backend whose behaviour is set by
 the worker's environment variables, so two workers on the same interpreter act as two stacks.
 
-``ab-spin`` writes the real bf16 product (computed once, then copied: the correctness check
-passes and the matmul's CPU-load-dependent time stays out of the way) and then spins
+``ab-spin`` writes the real bf16 product (computed once per input, then copied: the correctness
+checks pass and the matmul's CPU-load-dependent time stays out of the way; ``FAKE_STALE=1``: once
+per prepared operand set, whatever its input holds later, a stale result the replays catch) and then spins
 ``FAKE_SPIN_S`` (default 2 ms) times ``1 + FAKE_SLOWDOWN`` on the clock in use (``clock.spin``: a
 busy-wait in a real worker process, exactly that simulated time in an in-process fake worker,
 ``fakes.inproc_worker``). ``FAKE_VERSION`` is its reported version; ``FAKE_TACTICS`` the labels it lists.
@@ -40,6 +41,8 @@ class AbSpin(TorchBF16):
         return [Tactic(label, label) for label in labels]
 
     calls = 0
+    #: id of a prepared operand set -> (the input its product was computed from, the product)
+    products: dict = {}
 
     def run(self, prepared, tactic):
         marker = os.environ.get("FAKE_DIE_ONCE")
@@ -48,10 +51,12 @@ class AbSpin(TorchBF16):
             if AbSpin.calls == 40 and not os.path.exists(marker):
                 open(marker, "w").close()
                 os.abort()
-        if "product" not in prepared.args:
-            prepared.args["product"] = super().run(prepared, tactic).clone()
+        key = id(prepared)
+        held = AbSpin.products.get(key)
+        if held is None or (not os.environ.get("FAKE_STALE") and not torch.equal(held[0], prepared.args["a"])):
+            held = AbSpin.products[key] = (prepared.args["a"].clone(), super().run(prepared, tactic).clone())
         out = prepared.out
-        out.copy_(prepared.args["product"])
+        out.copy_(held[1])
         clock.spin(float(os.environ.get("FAKE_SPIN_S", "0.002")) * (1 + float(os.environ.get("FAKE_SLOWDOWN", "0"))))
         return out
 

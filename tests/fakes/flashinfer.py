@@ -32,13 +32,15 @@ Semantics implemented (flashinfer 0.7.2.post1, ``gemm/gemm_base.py`` and
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 
 from fp4bench import clock
 from fakes import flashinfer_releases as releases
-from fakes.decode import EXACT, FakeContractError, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
+from fakes.decode import (EXACT, FakeContractError, Misread, dequant, offsets_128x4, pad, raw_bytes, read_scales,
+                          require, same_device, write)
 from fp4bench.backends.builtin.flashinfer_dense import FlashInferAPI
 
 _SM100_TILES = ("128x64x128B", "128x256x128B", "128x128x256B", "128x256x256B")
@@ -136,6 +138,7 @@ class FakeCutlassFp4Runner:
         band = self.owner.zero_band
         if band is not None and band[0] <= m <= band[1]:
             acc = torch.zeros_like(acc)
+        acc = self.owner.later_fault(acc, mat1, mat1_sf, out, tactic, m, c)
         write(out, acc)
         self.owner.launches.append(tactic)
         self.owner.kernels.append(f"cutlass3x_{self.family}_fp4gemm_{config}")
@@ -171,13 +174,45 @@ class FakeFlashInfer:
     reject: str | None = None
     #: rows [lo, hi] of M for which the kernel writes zeros (FlashInfer #3398 on SM120)
     zero_band: tuple[int, int] | None = None
+    #: a fault of a later launch (``later_fault``): "late", "copy" or "padding"
+    later: str | None = None
     calls: int = 0
     launches: list = field(default_factory=list)
     kernels: list = field(default_factory=list)
+    _per_buffer: dict = field(default_factory=dict)
+    _first_a: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.failing, Mapping):
             self.failing = {t: "init" for t in self.failing}
+        if self.later not in (None, "late", "copy", "padding"):
+            raise ValueError(f"later fault {self.later!r}: use late, copy or padding")
+
+    def later_fault(self, acc: torch.Tensor, a: torch.Tensor, a_sf: torch.Tensor, out: torch.Tensor, tactic: int,
+                    m: int, c: int) -> torch.Tensor:
+        """The result of a launch under the ``later`` fault: "late" zeroes it from the third launch
+        of a tactic into one output buffer on (FlashInfer #4841: passes warm-up, then corrupts);
+        "copy" scales it by 1.5 unless ``a`` is the activation tensor of the first launch of this
+        shape, while that tensor lives (another address, another answer); "padding" adds the E4M3
+        value of the first padding byte of the activation scales (vLLM #45741)."""
+        if self.later == "late":
+            key = (out.data_ptr(), tactic)
+            self._per_buffer[key] = self._per_buffer.get(key, 0) + 1
+            return torch.zeros_like(acc) if self._per_buffer[key] > 2 else acc
+        if self.later == "copy":
+            first = self._first_a.get((m, c))
+            if first is None or first() is None:
+                self._first_a[(m, c)] = weakref.ref(a)
+                return acc
+            return acc if first() is a else acc * 1.5
+        if self.later == "padding":
+            used = torch.zeros(raw_bytes(a_sf).numel(), dtype=torch.bool)
+            used[offsets_128x4(m, c).flatten()] = True
+            spare = (~used).nonzero().flatten()
+            if spare.numel():
+                at = int(spare[0])
+                return acc + raw_bytes(a_sf)[at:at + 1].view(torch.float8_e4m3fn).float()
+        return acc
 
     def configs(self, family: str) -> Sequence[str]:
         return self.config_lists.get(family) or (SM120_CONFIGS if family == "sm120" else SM100_CONFIGS)

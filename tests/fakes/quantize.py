@@ -4,7 +4,7 @@
 exact division): per 16-block ``sf = e4m3(min(gs·amax_b/6, 448))``, codes
 ``RNE_e2m1_sat(x·(gs/sf))`` by explicit midpoint thresholds (ties to the even code), sign bit
 kept, a zero-scale block all code 0; scales written 128x4-swizzled through the offset formula
-of ``fakes.decode``, padding zero.
+of ``fakes.decode``, padding zero (or, with ``stale_padding``, left unwritten: sgl_kernel).
 
 ``zero_scales`` reproduces FlashInfer #3398 (``nvfp4_quantize`` read a bf16 global scale as fp32
 and wrote all-zero block scales for some M, e.g. 384/512/1024 at K = 2048, while the GEMMs were
@@ -57,10 +57,10 @@ def encode(x: torch.Tensor, gs: float) -> tuple[torch.Tensor, torch.Tensor]:
     return codes[:, 0::2] | (codes[:, 1::2] << 4), sf.view(torch.uint8)
 
 
-def swizzle(sf: torch.Tensor) -> torch.Tensor:
-    """uint8 ``[M, C]`` -> uint8 ``[pad128(M), pad4(C)]`` in 128x4 order, zero padding."""
+def swizzle(sf: torch.Tensor, padding: int = 0) -> torch.Tensor:
+    """uint8 ``[M, C]`` -> uint8 ``[pad128(M), pad4(C)]`` in 128x4 order, ``padding`` in the padding."""
     m, c = sf.shape
-    out = torch.zeros(pad(m, 128) * pad(c, 4), dtype=torch.uint8)
+    out = torch.full((pad(m, 128) * pad(c, 4),), padding, dtype=torch.uint8)
     out[offsets_128x4(m, c).reshape(-1)] = sf.reshape(-1)
     return out.reshape(pad(m, 128), pad(c, 4))
 
@@ -69,6 +69,9 @@ def swizzle(sf: torch.Tensor) -> torch.Tensor:
 class FakeQuantizer:
     zero_scales: frozenset[int] = frozenset()
     zero_scales_k: frozenset[int] | None = None
+    #: None: the padding of the scale buffer is written (zeros); a byte: it is left as it was,
+    #: holding that stale byte (sgl_kernel allocates with ``torch.empty`` and writes [M, K/16] only)
+    stale_padding: int | None = None
     #: the FlashInfer release whose quantizer signatures the FlashInfer entry points take
     version: str = releases.DEFAULT
     calls: int = 0
@@ -86,7 +89,7 @@ class FakeQuantizer:
         if m in self.zero_scales and (self.zero_scales_k is None or k in self.zero_scales_k):
             sf = torch.zeros_like(sf)
         self.kernels.append("quantize_with_block_size")
-        return data, swizzle(sf)
+        return data, swizzle(sf, 0 if self.stale_padding is None else self.stale_padding)
 
     def _backend(self, name: str, args: dict) -> None:
         """The release's backend resolution; the fake implements the CUDA kernel only."""

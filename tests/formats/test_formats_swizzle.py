@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fp4bench import formats
 from fp4bench.formats import (
     nvfp4_quantize,
     pad4,
@@ -155,3 +156,31 @@ def test_bad_input_raises() -> None:
         swizzle_128x4_grouped(torch.zeros(5, 4, dtype=torch.uint8), [6, -1])
     with pytest.raises(ValueError, match=r"should hold 2048.*256 rows"):
         unswizzle_128x4_grouped(torch.zeros(512, dtype=torch.uint8), [1, 1], 8)
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 3), (130, 8), (128, 4)])
+def test_scale_padding_fills_exactly_the_padding_and_counts_it(rows: int, cols: int) -> None:
+    s = torch.randint(0, 0x7F, (rows, cols), dtype=torch.uint8)  # no 0xFF among the scales
+    plain = formats.swizzle_128x4(s)
+    pad = plain.numel() - rows * cols
+    with formats.scale_padding(formats.POISON_BYTE) as fill:
+        poisoned = formats.swizzle_128x4(s.view(torch.float8_e4m3fn))
+    assert fill.filled == pad
+    flat = poisoned.view(torch.uint8).reshape(-1)
+    assert int((flat == 0xFF).sum()) == pad  # every padding byte, nothing else
+    assert torch.isnan(poisoned.float()).sum() == pad  # 0xFF reads as NaN in E4M3
+    assert torch.equal(formats.unswizzle_128x4(poisoned.view(torch.uint8), rows, cols), s)
+    assert int((plain.reshape(-1) != 0).sum()) == int((s != 0).sum())  # outside the block: zeros
+
+
+def test_scale_padding_reaches_every_expert_block() -> None:
+    counts, cols = [3, 0, 130], 6
+    s = torch.randint(0, 0x7F, (sum(counts), cols), dtype=torch.uint8)
+    with formats.scale_padding(0xFF) as fill:
+        buf, offs = formats.swizzle_128x4_grouped(s, counts)
+    assert fill.filled == buf.numel() - s.numel()
+    assert int((buf == 0xFF).sum()) == buf.numel() - s.numel()
+    assert torch.equal(formats.unswizzle_128x4_grouped(buf, counts, cols), s)
+    with pytest.raises(ValueError, match="byte must be an int in 0..255"):
+        with formats.scale_padding(256):
+            pass

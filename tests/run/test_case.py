@@ -147,7 +147,7 @@ def test_operands_and_reference_are_cached_and_shared_across_backends():
 
 def test_prepare_runs_once_per_backend_and_problem_across_tactics():
     """A tactic sweep reuses the prepared layouts; a new problem or backend prepares afresh."""
-    r = _runner()
+    r = CaseRunner(CPU, FAST, replays=0)
     b, other = Counting(), Counting()
     for t in b.tactics(DENSE, CPU):
         assert r.run(b, DENSE, t).status == MEASURED
@@ -157,6 +157,18 @@ def test_prepare_runs_once_per_backend_and_problem_across_tactics():
     r.run(b, GemmProblem(8, 32, 64, Origin("glm-5", 8, 1, "uniform", "shared_down")), Tactic(None, "default"))
     r.run(b, DENSE, Tactic(None, "default"))
     assert b.prepares == 3  # the cache holds one entry: back to DENSE prepares again
+    # the replays' second operand set: two more prepares (its own and the case's again), once
+    # per backend and problem, shared by every tactic like the case's own
+    replayed = Counting()
+    for t in replayed.tactics(DENSE, CPU):
+        assert _runner().run(replayed, DENSE, t).status == MEASURED
+    assert replayed.prepares == 6  # two runners: 3 each
+    r2, again = _runner(), Counting()
+    for t in again.tactics(DENSE, CPU):
+        res = r2.run(again, DENSE, t)
+        # FAST has no time budget: the fewest replays, each operand set twice (measure.replays)
+        assert res.status == MEASURED and res.extra_info["replays"] == 4 and res.extra_info["replays_failed"] == 0
+    assert again.prepares == 3
 
 
 def test_only_the_reference_opts_out_of_graph_timing():

@@ -14,6 +14,8 @@ import torch
 import fp4bench
 from fp4bench.plugin.settings import runner_settings
 from fp4bench.run.factory import case_runner, isolated_runner, open_device
+from fp4bench.measure.copies import MIN_COPIES
+from fp4bench.measure.replays import DEFAULT_REPLAYS
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.worker.child import Child
 
@@ -39,7 +41,7 @@ def test_the_session_settings_travel_to_a_worker_unchanged(settings):
 def test_a_worker_builds_the_runner_the_session_builds(settings):
     here = case_runner(settings, *open_device(settings.device))
     there = Child(settings.to_init()).runner
-    for attr in ("timing", "cold_l2", "seed", "min_copies", "peaks"):
+    for attr in ("timing", "cold_l2", "seed", "min_copies", "cpu_copies", "replays", "peaks"):
         assert getattr(there, attr) == getattr(here, attr), attr
     assert isolated_runner(settings, sys.executable, 5.0).measurement() == here.measurement()
 
@@ -47,7 +49,8 @@ def test_a_worker_builds_the_runner_the_session_builds(settings):
 def test_an_init_without_fields_takes_the_defaults():
     s = RunnerSettings.from_init({})
     assert s == RunnerSettings() and s.to_init()["device"] is None
-    assert Child({"device": "cpu"}).runner.min_copies == s.min_copies
+    assert s.min_copies is None and Child({"device": "cpu"}).runner.min_copies == MIN_COPIES  # on a GPU
+    assert Child({"device": "cpu"}).runner.cpu_copies == 1 and s.replays == DEFAULT_REPLAYS
 
 
 def test_bad_factory_inputs_are_named():

@@ -9,6 +9,7 @@ import torch
 from fp4bench.backends.base import DEFAULT_TACTIC
 from fp4bench.run.case import FAILED, MEASURED, CaseRunner
 from fp4bench.measure.timing import TimingConfig
+from fp4bench.measure.replays import COPY_MISMATCH, READS_PADDING, REPLAY_MISMATCH
 from fp4bench.measure.verify import ALL_ZERO, MISMATCH, NAN_INF, UNWRITTEN
 from fp4bench.workload.problems import GemmProblem
 from fp4bench.testing import faults
@@ -60,3 +61,58 @@ def test_bitflip(runner, m):
     res = runner.run(BACKENDS["fault-bitflip"], GemmProblem(m, 64, 128), DEFAULT_TACTIC)
     assert res.status == FAILED and res.check.kind == MISMATCH
     assert res.reason.startswith(f"mismatch: 1/{m * 64} elements beyond the bound")
+
+
+# -- later launches: replays, rotating copies, scale padding (measure.replays) ----------------
+
+LATER = GemmProblem(16, 64, 128)
+
+
+@pytest.mark.parametrize("name, first", [("fault-late", ALL_ZERO), ("fault-drift", MISMATCH)])
+def test_a_backend_right_for_two_launches_and_wrong_after_fails_as_replay_mismatch(name, first):
+    res = CaseRunner(CPU, FAST).run(BACKENDS[name], LATER, DEFAULT_TACTIC)
+    assert res.status == FAILED and res.check.kind == REPLAY_MISMATCH, res.reason
+    # every replay came after the two checked launches and the timed ones: all of them wrong
+    assert res.reason.startswith(f"replay mismatch: 4 of 4 replays; first bad: replay 1 (operand set A): {first}")
+    assert res.extra_info["check"] == "ok"  # its first two launches passed
+    assert res.extra_info["replays_failed"] == res.extra_info["replays"] == 4
+
+
+def test_drift_is_caught_even_when_only_the_replays_run():
+    """measure=False (fp4bench ab's check step): the check's two launches, then the replays."""
+    res = CaseRunner(CPU, FAST).run(BACKENDS["fault-drift"], LATER, DEFAULT_TACTIC, measure=False)
+    assert res.status == FAILED and res.check.kind == REPLAY_MISMATCH
+    # launches 3, 4, ... drift 0.5 %, 1 %, ...: the first replay is within the bound at K = 128,
+    # the later ones are not
+    assert "first bad: replay " in res.reason and res.extra_info["replays_failed"] >= 1
+
+
+def test_a_backend_wrong_on_every_copy_but_the_first_fails_as_copy_mismatch_when_copies_are_made():
+    backend = faults.CopyFault()
+    assert CaseRunner(CPU, FAST).run(backend, LATER, DEFAULT_TACTIC).status == MEASURED  # one copy: unseen
+    res = CaseRunner(CPU, FAST, min_copies=3).run(faults.CopyFault(), LATER, DEFAULT_TACTIC)
+    assert res.status == FAILED and res.check.kind == COPY_MISMATCH
+    assert res.reason.startswith("copy mismatch: rotating copy 2 of 3 (its own allocation, the same bytes) gave "
+                                 "mismatch: ")
+    assert res.timing is None
+
+
+@pytest.mark.parametrize("m, k, padded", [(16, 128, True), (128, 64, False), (128, 96, True)])
+def test_a_backend_reading_scale_padding_fails_as_reads_scale_padding_where_there_is_padding(m, k, padded):
+    """Padding exists where M is not a multiple of 128 or K/16 not of 4 (K = 96: 6 columns -> 8)."""
+    res = CaseRunner(CPU, FAST).run(faults.ReadsPadding(), GemmProblem(m, 64, k), DEFAULT_TACTIC)
+    if not padded:
+        assert res.status == MEASURED and res.extra_info["scale_padding_poisoned"] == 0
+        return
+    assert res.status == FAILED and res.check.kind == READS_PADDING, res.reason
+    assert "with zeros there it passes" in res.reason and "NaN/Inf" in res.reason
+    assert res.extra_info["scale_padding_poisoned"] > 0
+
+
+@pytest.mark.parametrize("min_copies", [None, 2])
+def test_the_clean_reference_passes_every_later_check(min_copies):
+    from fp4bench.backends.builtin.torch_reference import TorchReference
+
+    res = CaseRunner(CPU, FAST, min_copies=min_copies).run(TorchReference(), LATER, DEFAULT_TACTIC)
+    assert res.status == MEASURED and res.extra_info["replays_failed"] == 0
+    assert res.timing.rotating_copies == (min_copies or 1)

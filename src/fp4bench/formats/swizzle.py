@@ -1,7 +1,7 @@
 """Scale-factor layouts consumed by the FP4 GEMM kernels.
 
 * 128x4 ("blocked", cuBLAS ``[32,4,4]``, CUTLASS): the default everywhere. The ``[R, C]`` scale
-  matrix is zero-padded to ``[pad128(R), pad4(C)]`` and cut into 128x4 tiles of 512 bytes,
+  matrix is padded to ``[pad128(R), pad4(C)]`` and cut into 128x4 tiles of 512 bytes,
   row tiles outer, column tiles inner; inside a tile row ``r`` sits at ``(r % 32) * 16 +
   ((r % 128) // 32) * 4``. ``sf_offset_128x4`` is that formula (cuBLAS docs, TRT-LLM
   ``get_sf_out_offset_128x4``); the swizzle itself is a reshape/permute with the same result.
@@ -11,11 +11,18 @@
 
 Functions return 2-D ``[R', C']`` tensors whose flat (row-major) bytes are in swizzled order,
 keeping the input dtype (1-byte dtypes such as float8 are permuted through a uint8 view).
+
+Padding holds zeros unless a ``scale_padding(byte)`` block says otherwise: the measurement fills
+the padding of every scale buffer a backend builds with ``POISON_BYTE`` (NaN as E4M3 and as
+E8M0), so a kernel whose output depends on padding it should never read shows it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 
@@ -48,10 +55,64 @@ def _restore(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.view(dtype) if t.dtype != dtype else t
 
 
+#: 0xFF is NaN in float8_e4m3fn (S.1111.111) and in E8M0 (the one NaN code): a kernel that
+#: multiplies by a padded scale entry makes NaN of what it touches, even of a zero payload
+POISON_BYTE = 0xFF
+
+
+@dataclass
+class PaddingFill:
+    """What a ``scale_padding`` block fills padding with, and how many padding elements it filled."""
+
+    byte: int
+    filled: int = 0
+
+
+_FILL: ContextVar[PaddingFill | None] = ContextVar("fp4bench_scale_padding", default=None)
+
+
+@contextmanager
+def scale_padding(byte: int) -> Iterator[PaddingFill]:
+    """Inside the block every swizzled scale buffer's padding (rows to the tile, columns to 4,
+    each expert's rows to 128) holds ``byte`` instead of 0; the yielded object counts the padding
+    elements written."""
+    if not isinstance(byte, int) or not 0 <= byte <= 0xFF:
+        raise ValueError(f"scale_padding: byte must be an int in 0..255, got {byte!r}")
+    fill = PaddingFill(byte)
+    token = _FILL.set(fill)
+    try:
+        yield fill
+    finally:
+        _FILL.reset(token)
+
+
+def _pad_value(t: torch.Tensor, byte: int) -> float | int:
+    """``byte`` for a byte view; for a wider scale dtype the value of the same intent: 0 stays 0,
+    anything else is NaN (floating) or -1 (integer)."""
+    if t.dtype == torch.uint8 or byte == 0:
+        return byte
+    return float("nan") if t.is_floating_point() else -1
+
+
+def _new_padded(s: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A buffer of ``shape`` filled with the current padding value (0 outside ``scale_padding``)."""
+    fill = _FILL.get()
+    if fill is None or fill.byte == 0:
+        return s.new_zeros(shape)
+    return s.new_full(shape, _pad_value(s, fill.byte))
+
+
+def _count_padding(padded: int, data: int) -> None:
+    fill = _FILL.get()
+    if fill is not None:
+        fill.filled += padded - data
+
+
 def _padded(s: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """Zero-pad the last two dims of ``s`` to ``[rows, cols]``."""
-    out = s.new_zeros((*s.shape[:-2], rows, cols))
+    """Pad the last two dims of ``s`` to ``[rows, cols]`` with the current padding value."""
+    out = _new_padded(s, (*s.shape[:-2], rows, cols))
     out[..., : s.shape[-2], : s.shape[-1]] = s
+    _count_padding(out.numel(), s.numel())
     return out
 
 
@@ -171,8 +232,9 @@ def swizzle_128x4_grouped(scales: torch.Tensor, tokens_per_expert: Sequence[int]
     counts = _counts(tokens_per_expert, scales.shape[0], fn)
     dest, sf_offsets = _grouped_rows(counts, scales.device)
     s = _bytes_view(scales.contiguous())
-    padded = s.new_zeros((int(sf_offsets[-1]), scales.shape[1]))
+    padded = _new_padded(s, (int(sf_offsets[-1]), scales.shape[1]))
     padded[dest] = s
+    _count_padding(padded.numel(), s.numel())
     return _restore(swizzle_128x4(padded), scales.dtype), sf_offsets
 
 

@@ -115,3 +115,31 @@ def compare_quantized(got, expected: formats.NVFP4, layout: str) -> CheckResult:
 def check_quant(run: Callable[[], object], expected: formats.NVFP4, layout: str) -> CheckResult:
     """Run the quantizer once (it allocates its outputs) and compare its bytes."""
     return compare_quantized(run(), expected, layout)
+
+
+def padding_written(run: Callable[[], object], m: int, c: int, layout: str, device: torch.device) -> str:
+    """Whether the quantizer writes the padding of its 128x4 scale buffer (rows to 128, columns to
+    4), which no check above compares: "none" (the layout has no padding here), "written" (every
+    padding byte 0) or "not written: ..." (some padding byte not 0). Before the call a buffer of
+    the scale buffer's size is filled with ``formats.POISON_BYTE`` and freed, so an ``empty``
+    allocation of the library likely reuses those bytes (a caching allocator hands a freed block
+    of the size back) and padding it leaves alone reads as not written. A GEMM fed by a quantizer
+    that does not write its padding must not read it: ``reads scale padding`` checks that side."""
+    if layout != "128x4":
+        return "none"
+    total = formats.pad128(m) * formats.pad4(c)
+    if total == m * c:
+        return "none"
+    dirty = torch.full((total,), formats.POISON_BYTE, dtype=torch.uint8, device=device)
+    del dirty
+    flat = _bytes(run().scales)
+    if flat.dtype != torch.uint8 or flat.numel() != total:
+        return f"unknown: scale buffer of {flat.numel()} {flat.dtype} elements"
+    used = torch.zeros(total, dtype=torch.bool)
+    r, col = torch.meshgrid(torch.arange(m), torch.arange(c), indexing="ij")
+    used[formats.sf_offset_128x4(r.flatten(), col.flatten(), c)] = True
+    pad = flat[~used]
+    nonzero = int((pad != 0).sum())
+    if nonzero == 0:
+        return "written"
+    return f"not written: {nonzero} of {pad.numel()} padding bytes are not 0"

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fp4bench.options.option import COMMANDS, FRONT_ENDS, PYTEST, Option
-from fp4bench.options.values import (MEMORY_FRACTION, MIN_COPIES, alpha, at_least, copy_count, env_pair, int_list,
-                                     nonneg_seconds, percent, positive_seconds, seed, slowdowns)
+from fp4bench.options.values import (DEFAULT_REPLAYS, MEMORY_FRACTION, MIN_COPIES, alpha, at_least, copy_count,
+                                     env_pair, int_list, nonneg_seconds, percent, positive_seconds, seed, slowdowns)
 
 __all__ = ["COMMANDS", "FRONT_ENDS", "OPTIONS", "PYTEST", "Option", "option", "options_of", "policy_kwargs"]
 
@@ -69,14 +69,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("l2", "L2 state while timing (default cold)", SWEEPS, choices=("cold", "hot"), default="cold"),
     Option("min-copies", "cold L2 on a GPU: every case rotates over at least this many operand copies, each "
            f"its own allocation, so its time averages over buffer placements (within {MEMORY_FRACTION * 100:.0f}%% of "
-           "the GPU's total memory; recorded with the run; default %(default)d)", SWEEPS, type=copy_count,
-           default=MIN_COPIES),
+           f"the GPU's total memory; recorded with the run; default {MIN_COPIES}); every copy is checked once "
+           "(copy mismatch); on a CPU, given, it makes that many copies too (default one there)", SWEEPS,
+           type=copy_count),
     # --- how one case is timed (pytest)
     Option("time-budget", "seconds of sampling per case (default 1 on a GPU, 0.3 on a CPU)", (PYTEST,), type=float),
     Option("target-ci", "stop sampling once the 95%% CI of the median is this narrow, relative (default %(default)g)",
            (PYTEST,), type=float, default=0.005),
     Option("min-samples", "fewest samples the timer takes per case (default %(default)d)", (PYTEST,), type=int,
            default=10),
+    Option("replays", "after timing, replay each case this many times with its inputs alternating between two "
+           "operand sets and check every output (replay mismatch; fewer for a call too long for 5%% of the time "
+           "budget, at least 4); 0: off (default %(default)d)", (PYTEST,), type=at_least(0), default=DEFAULT_REPLAYS),
     Option("energy-window", "seconds of extra replay per case to measure joules per GEMM via NVML (default "
            "%(default)g: off)", (PYTEST,), type=nonneg_seconds, default=0.0),
     # --- baselines

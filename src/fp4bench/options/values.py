@@ -27,6 +27,10 @@ MIN_COPIES = 4
 MAX_COPIES = 16
 MEMORY_FRACTION = 0.40
 
+#: replays with changing inputs every case's output is checked on (``--fp4-replays``,
+#: ``measure.replays``): each of two operand sets 8 times
+DEFAULT_REPLAYS = 16
+
 KINDS = ("dense", "grouped", "moe", "quant")  # quant: opt-in activation-quantizer rows
 
 

@@ -47,7 +47,8 @@ def runner_settings(config: pytest.Config, device: Any) -> RunnerSettings:
                           target_rel_ci=opt("fp4_target_ci"), min_samples=opt("fp4_min_samples"),
                           max_samples=max(300, opt("fp4_min_samples")), energy_window_s=opt("fp4_energy_window"))
     return RunnerSettings(device=str(device), plugins=tuple(opt("fp4_plugin")), timing=timing,
-                          cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"), min_copies=opt("fp4_min_copies"))
+                          cold_l2=opt("fp4_l2") == "cold", seed=opt("fp4_seed"), min_copies=opt("fp4_min_copies"),
+                          replays=opt("fp4_replays"))
 
 
 def isolated(config: pytest.Config, settings: RunnerSettings) -> Any:

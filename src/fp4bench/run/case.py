@@ -6,9 +6,11 @@ backends agree within twice that bound by the triangle inequality (a second comp
 could never fail on its own).
 
 Order matters and is fixed here, not in pytest: availability gate -> shape gate -> operands
-(quantized once, cached) -> prepare -> correctness (a failed check skips timing) -> kernel
-names (profiler, untimed) -> GPU timing with NVML sampling -> extra_info. The pytest plugin
-only turns a ``CaseResult`` into skip / fail / benchmark stats.
+(quantized once, cached) -> prepare (scale padding poisoned) -> correctness (a failed check skips
+timing; one that passes with zero scale padding is ``reads scale padding``) -> rotating copies,
+each checked once (``copy mismatch``) -> GPU timing with NVML sampling -> kernel names ->
+replays with changing inputs, each checked (``replay mismatch``, ``measure.replays``) ->
+extra_info. The pytest plugin only turns a ``CaseResult`` into skip / fail / benchmark stats.
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ from typing import Any
 
 import torch
 
+from fp4bench import clock, formats
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
 from fp4bench.measure import copies as copy_rule
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
+from fp4bench.measure import replays as later
 from fp4bench.measure.telemetry import for_device as telemetry_for
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
-from fp4bench.measure.verify import CheckResult, check_case
-from fp4bench.measure.verify_quant import check_quant
-from fp4bench.workload.operands import Operands, make_operands
+from fp4bench.measure.verify import WRONG_LAYOUT, CheckResult, check_case
+from fp4bench.measure.verify_quant import check_quant, padding_written
+from fp4bench.run.checks import SecondSet, replay_case, second_set
+from fp4bench.workload.operands import Operands, make_operands, other_activations
 from fp4bench.workload.problems import Problem, QuantProblem
 from fp4bench.reference.bound import Reference, reference_and_bound
 
@@ -36,6 +41,10 @@ SKIPPED = "skipped"
 UNSUPPORTED = "unsupported"
 FAILED = "failed"
 MEASURED = "measured"
+
+
+class CheckFailed(RuntimeError):
+    """A timed call's operands failed their check (a rotating copy: ``copy mismatch``)."""
 
 
 @dataclass
@@ -100,13 +109,14 @@ def _options_key(options: dict[str, Any]) -> tuple:
     return tuple(out)
 
 
-def measurement_of(device_type: str, cold_l2: bool, timer: str, min_copies: int = copy_rule.MIN_COPIES
+def measurement_of(device_type: str, cold_l2: bool, timer: str, min_copies: int | None = None
                    ) -> dict[str, Any]:
     """The effective L2 state (a CPU run is always cache-hot), timer and rotating-copy rule of a
     runner's settings: what a saved run records and a baseline's must match. ``min_copies`` and
     ``copy_memory`` (``measure.copies``) say how many placements a case averages at least and
     the share of device memory its copies may take; with a hot L2 every case has one copy."""
     cold = cold_l2 and device_type == "cuda"
+    min_copies = min_copies or copy_rule.MIN_COPIES
     out: dict[str, Any] = {"l2": "cold" if cold else "hot", "timer": timer, "min_copies": min_copies if cold else 1}
     if cold:
         out["copy_memory"] = copy_rule.MEMORY_FRACTION
@@ -123,16 +133,26 @@ def placement_pad_bytes(seed: int, index: int) -> int:
 
 
 class CaseRunner:
-    """Holds the per-session caches (operands, references) and the measurement settings."""
+    """Holds the per-session caches (operands, references) and the measurement settings.
+
+    ``min_copies``: rotating copies a cold-L2 case on a GPU has at least (None: ``MIN_COPIES``);
+    given, a CPU run makes that many copies too, each checked once (``copy mismatch``): the
+    check runs where no GPU is. ``replays``: replays with changing inputs checked after timing
+    (``measure.replays``; 0: none)."""
 
     def __init__(self, device: torch.device, timing: TimingConfig, *, cold_l2: bool = True,
-                 seed: int = 0, min_copies: int = copy_rule.MIN_COPIES,
+                 seed: int = 0, min_copies: int | None = None,
                  max_rotating_copies: int = copy_rule.MAX_COPIES,
-                 peaks: peak_table.GpuPeaks | None = None, cache_size: int = 2):
+                 peaks: peak_table.GpuPeaks | None = None, cache_size: int = 2,
+                 replays: int = later.DEFAULT_REPLAYS):
         self.device, self.timing, self.cold_l2, self.seed = device, timing, cold_l2, seed
-        if not 1 <= min_copies <= max_rotating_copies:
+        if min_copies is not None and not 1 <= min_copies <= max_rotating_copies:
             raise ValueError(f"min_copies must be in 1..{max_rotating_copies}, got {min_copies}")
-        self.min_copies, self.max_rotating_copies = min_copies, max_rotating_copies
+        if replays < 0:
+            raise ValueError(f"replays must be >= 0, got {replays}")
+        self.min_copies, self.max_rotating_copies = min_copies or copy_rule.MIN_COPIES, max_rotating_copies
+        self.cpu_copies = min_copies or 1
+        self.replays = replays
         self.peaks = peaks
         self._ops: OrderedDict[tuple, Operands] = OrderedDict()
         self._refs: OrderedDict[tuple, Reference] = OrderedDict()
@@ -144,6 +164,8 @@ class CaseRunner:
         self._prep: Prepared | None = None
         #: the pad that moves the next operand sets to a fresh placement (``new_placement``)
         self._pad: torch.Tensor | None = None
+        self._padding = 0  # padding entries poisoned in ``_prep``'s scale buffers
+        self._second: SecondSet | None = None  # the replays' second operand set for ``_prep``
 
     def measurement(self) -> dict[str, Any]:
         """How this runner takes its times (recorded in a saved run's ``sweep``)."""
@@ -170,7 +192,7 @@ class CaseRunner:
         (cached per problem, formats and options: backends that round alike share it)."""
         options = dict(options or {})
 
-        key = (ops.problem.id, ops.act_format, ops.weight_format, _options_key(options), roundings)
+        key = (ops.problem.id, ops.act_format, ops.weight_format, ops.seed, _options_key(options), roundings)
         return self._lru(self._refs, key, lambda: reference_and_bound(ops, options, roundings))
 
     def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
@@ -179,13 +201,20 @@ class CaseRunner:
         held = self._prep_for
         if self._prep is None or held is None or held[0] is not backend or held[1] is not ops:
             self.drop_prepared()  # free the old layouts before allocating the new
-            self._prep = backend.prepare(problem, ops, self.device)
+            self._prep, self._padding = self._prepare(backend, problem, ops)
             self._prep_for = (backend, ops)
         return self._prep
 
+    def _prepare(self, backend: Backend, problem: Problem, ops: Operands) -> tuple[Prepared, int]:
+        """``backend.prepare`` with ``formats.POISON_BYTE`` in the padding of every scale buffer
+        it builds; the number of padding entries so filled."""
+        with formats.scale_padding(formats.POISON_BYTE) as fill:
+            prep = backend.prepare(problem, ops, self.device)
+        return prep, fill.filled
+
     def drop_prepared(self) -> None:
         """Forget the cached prepared operands (the next case prepares afresh)."""
-        self._prep_for, self._prep = None, None
+        self._prep_for, self._prep, self._padding, self._second = None, None, 0, None
 
     def release(self) -> None:
         """Forget every cached operand set, reference and prepared layout and hand the freed
@@ -215,7 +244,8 @@ class CaseRunner:
 
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
-        """Gate, check and (unless ``measure`` is False: correctness only) time one case."""
+        """Gate, check and (unless ``measure`` is False: correctness only) time one case; then
+        check its replays."""
         avail = availability_of(backend, self.device)
         if not avail.ok:
             return CaseResult(SKIPPED, f"{backend.name}: {avail.reason}")
@@ -225,6 +255,7 @@ class CaseRunner:
         ops = self.operands(problem, backend.act_format, backend.weight_format)
         prep = self.prepared(backend, problem, ops)
         info = self._describe(backend, avail.version, problem, tactic)
+        t0 = clock.now()
         try:
             check = self._check(backend, ops, prep, tactic)
         except TacticUnsupported as exc:
@@ -232,12 +263,43 @@ class CaseRunner:
             return CaseResult(UNSUPPORTED, str(exc), extra_info=info)
         info["availability"] = "ok"
         info.update(check.to_extra_info())
+        info["scale_padding_poisoned"] = self._padding
         if not check.ok:
-            return CaseResult(FAILED, f"{check.kind}: {check.detail}{backend.failure_hint(prep)}", check=check,
-                              extra_info=info)
-        if not measure:
+            return self._failed(backend, prep, check, info)
+        quantizer = self._quantizer_call(backend, prep, tactic)
+        if quantizer is not None:  # what the GEMM fed by this quantizer may find in the padding
+            c = ops.qa.scales.shape[-1]
+            info["quant_scale_padding"] = padding_written(quantizer, ops.qa.scales.shape[-2], c,
+                                                          getattr(backend, "scale_layout", "128x4"), self.device)
+        timing = None
+        fns, bad_copy = self._rotating_calls(backend, problem, ops, prep, tactic)  # checked also untimed
+        if bad_copy is not None:
+            info.update(bad_copy.to_extra_info())
+            return self._failed(backend, prep, bad_copy, info)
+        info["copies_checked"] = len(fns)
+        if measure:
+            timing = self._time(backend, fns, info)
+        del fns  # the copies go before the replays' second operand set is made
+        # a call's time: the timer's estimate, else (untimed) half the first check (two calls)
+        est = (clock.now() - t0) / 2 if timing is None else timing.extra.get("estimate_s", timing.median_s)
+        replayed = self._replay(backend, ops, prep, tactic, est)
+        if replayed is not None:
+            info.update(replayed.to_extra_info())
+            if not replayed.result.ok:
+                return self._failed(backend, prep, replayed.result, info)
+        if timing is None:
             return CaseResult(MEASURED, "correctness only (timing disabled)", check=check, extra_info=info)
-        fns = self._rotating_calls(backend, problem, ops, prep, tactic)
+        info.update(timing.to_extra_info())
+        info.update(self._rates(problem, backend, timing.median_s))
+        return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
+
+    @staticmethod
+    def _failed(backend: Backend, prep: Prepared, check: CheckResult, info: dict) -> CaseResult:
+        return CaseResult(FAILED, f"{check.kind}: {check.detail}{backend.failure_hint(prep)}", check=check,
+                          extra_info=info)
+
+    def _time(self, backend: Backend, fns: list, info: dict) -> TimingResult:
+        """Time the rotating calls (telemetry on a GPU) and record the kernels that ran."""
         if self.device.type == "cuda":
             with telemetry_for(self.device) as tele:
                 timing = time_gpu(fns, self.timing, self.device, backend.no_graph_reason)
@@ -250,11 +312,32 @@ class CaseRunner:
             names = kernel_ids.kernel_names(fns[0])
             if names or self.device.type == "cuda":  # a CPU run sees no device kernels
                 info["kernels"] = names
-        info.update(timing.to_extra_info())
-        info.update(self._rates(problem, backend, timing.median_s))
-        return CaseResult(MEASURED, check=check, timing=timing, extra_info=info)
+        return timing
 
     def _check(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic) -> CheckResult:
+        """``_check_prepared``; a GEMM case that fails with its scale padding poisoned is prepared
+        again with zero padding and checked again: passing then, it ``reads scale padding``;
+        failing then too, it is named by that check (the failure does not come from the padding)."""
+        check = self._check_prepared(backend, ops, prep, tactic)
+        if check.ok or check.kind == WRONG_LAYOUT or not self._padding or isinstance(ops.problem, QuantProblem):
+            return check
+        zeroed = backend.prepare(ops.problem, ops, self.device)  # outside scale_padding: zeros
+        plain = self._check_prepared(backend, ops, zeroed, tactic)
+        if plain.ok:
+            return later.reads_padding(self._padding, check)
+        if plain.kind != check.kind:  # wrong whatever the padding holds: named as with zero padding
+            plain.detail += f" (with 0xFF in the scale padding: {check.kind})"
+        return plain
+
+    @staticmethod
+    def _quantizer_call(backend: Backend, prep: Prepared, tactic: Tactic) -> Any:
+        """One call of the library quantizer of a quantizer or end-to-end row; None for others."""
+        if isinstance(prep.problem, QuantProblem):
+            return lambda: backend.run(prep, tactic)
+        own = getattr(backend, "quantized_activations", None)
+        return None if own is None else (lambda: own(prep))
+
+    def _check_prepared(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic) -> CheckResult:
         """A quantizer's bytes bit-exact against ours; a GEMM's output against the reference (after
         the bytes of an end-to-end row's own quantizer)."""
         layout = getattr(backend, "scale_layout", "128x4")
@@ -268,16 +351,51 @@ class CaseRunner:
         ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
         return check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
 
+    def _second_set(self, backend: Backend, ops: Operands, prep: Prepared) -> SecondSet:
+        """The replays' second operand set for the cached ``prep`` (made once per backend and
+        problem, like ``prep``, and dropped with it)."""
+        if self._second is None:
+            problem = ops.problem
+
+            def reference(other: Operands, p: Prepared):
+                if isinstance(problem, QuantProblem):
+                    return None
+                return self.reference(other, backend.reference_options(p), backend.output_roundings)
+
+            self._second = second_set(prep, ops, other_activations(ops),
+                                      lambda o: self._prepare(backend, problem, o)[0], reference)
+        return self._second
+
+    def _replay(self, backend: Backend, ops: Operands, prep: Prepared, tactic: Tactic,
+                est: float) -> later.ReplayReport | None:
+        """``self.replays`` replays of the case (fewer for a call that takes ``est`` seconds too
+        long: ``replays_for``), the inputs alternating between the case's operands and a second
+        set, each output checked."""
+        n = later.replays_for(self.replays, est, self.timing.time_budget_s,
+                              prep.out.numel() * prep.out.element_size())
+        if n == 0:
+            return None
+        own_ref = None if isinstance(ops.problem, QuantProblem) else self.reference(
+            ops, backend.reference_options(prep), backend.output_roundings)
+        return replay_case(backend, prep, tactic, ops, own_ref, self._second_set(backend, ops, prep), n, self.device)
+
     def timed_calls(self, backend: Backend, problem: Problem, tactic: Tactic) -> list:
         """The callables ``run`` times (rotating copies for a cold L2), for a caller that times
-        them in several short rounds (``fp4bench ab``) instead of one ``run``."""
+        them in several short rounds (``fp4bench ab``) instead of one ``run``; a copy that fails
+        its check raises ``CheckFailed``."""
         ops = self.operands(problem, backend.act_format, backend.weight_format)
-        return self._rotating_calls(backend, problem, ops, self.prepared(backend, problem, ops), tactic)
+        fns, bad = self._rotating_calls(backend, problem, ops, self.prepared(backend, problem, ops), tactic)
+        if bad is not None:
+            raise CheckFailed(f"{bad.kind}: {bad.detail}")
+        return fns
 
     def copies_for(self, backend: Backend, problem: Problem, ops: Operands) -> int:
-        """Rotating copies of this case (``measure.copies``): one with a hot L2 or off CUDA; else
-        from the GPU's L2 and *total* memory, so every process on the GPU gets the same count."""
-        if not (self.cold_l2 and self.device.type == "cuda"):
+        """Rotating copies of this case (``measure.copies``): with a hot L2 one; off CUDA the
+        ``min_copies`` given (default one); else from the GPU's L2 and *total* memory, so every
+        process on the GPU gets the same count."""
+        if self.device.type != "cuda":
+            return self.cpu_copies
+        if not self.cold_l2:
             return 1
         props = torch.cuda.get_device_properties(self.device)
         return copy_rule.copy_count(l2_bytes=props.L2_cache_size,
@@ -286,14 +404,21 @@ class CaseRunner:
                                     min_copies=self.min_copies, max_copies=self.max_rotating_copies)
 
     def _rotating_calls(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared,
-                        tactic: Tactic) -> list:
+                        tactic: Tactic) -> tuple[list, CheckResult | None]:
         """One callable per copy: the prepared checked operands, then each further copy cloned
         into allocations of its own (``operand_copy``, made while the others are alive, so at
-        another place in device memory) and prepared. Made afresh for every measurement, never
+        another place in device memory), prepared and checked once; the first copy that fails
+        its check ends the list (``copy mismatch``). Made afresh for every measurement, never
         cached."""
         copies = self.copies_for(backend, problem, ops)
-        preps = [prep] + [backend.prepare(problem, operand_copy(ops), self.device) for _ in range(copies - 1)]
-        return [(lambda p=p: backend.run(p, tactic)) for p in preps]
+        preps = [prep]
+        for i in range(1, copies):
+            p = self._prepare(backend, problem, operand_copy(ops))[0]
+            got = self._check_prepared(backend, ops, p, tactic)
+            if not got.ok:
+                return [], later.copy_mismatch(i, copies, got)
+            preps.append(p)
+        return [(lambda p=p: backend.run(p, tactic)) for p in preps], None
 
     def _describe(self, backend: Backend, version: str | None, problem: Problem, tactic: Tactic) -> dict:
         o = problem.origin

@@ -39,7 +39,7 @@ def case_runner(settings: RunnerSettings, device: torch.device, fingerprint: Fin
     """The runner ``settings`` describe on ``device`` (opened by ``open_device``)."""
     gpu_peaks = peaks.peak_for(fingerprint.gpu_name) if device.type == "cuda" else None
     return CaseRunner(device, settings.timing, cold_l2=settings.cold_l2, seed=settings.seed,
-                      min_copies=settings.min_copies, peaks=gpu_peaks)
+                      min_copies=settings.min_copies, peaks=gpu_peaks, replays=settings.replays)
 
 
 def isolated_runner(settings: RunnerSettings, python: str, timeout_s: float) -> IsolatedRunner:

@@ -176,3 +176,18 @@ def make_operands(
         return Operands(problem, act_format, weight_format, a, a.new_empty((0, problem.k)),
                         qa=quantize(a, act_format), seed=seed)
     raise TypeError(f"unknown problem type {type(problem).__name__}")
+
+
+#: added to an operand set's seed to draw its second set of activations (``other_activations``)
+SECOND_SET_SEED = 0x5EC0D
+
+
+def other_activations(ops: Operands) -> Operands:
+    """The same problem, weights and routing with activations of another seed (its ``seed``),
+    quantized like ``ops``' own: a second input for the same weights, as the next decode step
+    brings."""
+    seed = ops.seed + SECOND_SET_SEED
+    gen = torch.Generator(device=ops.a.device)
+    gen.manual_seed(seed)
+    a = _randn(tuple(ops.a.shape), gen, ops.a.device, 1.0)
+    return dataclasses.replace(ops, a=a, qa=quantize(a, ops.act_format), seed=seed)

@@ -29,7 +29,9 @@ from fakes.torch_scaled_mm import FakeTorchScaledMM
 from fp4bench.testing.faults import ZERO_BAND
 
 FAULTS = ("zero_band", "unswizzled_scales", "gate_up_swapped", "wrong_alpha", "can_implement", "arg_check",
-          "quant_zero_scales")
+          "quant_zero_scales", "late", "copy", "padding")
+#: the faults of later launches (the dense FlashInfer fake's ``later``; ``measure.replays``)
+LATER_FAULTS = ("late", "copy", "padding")
 
 GPU = GPUS[os.environ.get("FP4SIM_GPU", "B200")]
 FAULT = os.environ.get("FP4SIM_FAULT", "")
@@ -69,7 +71,7 @@ DENSE = FakeFlashInfer(
     failing={FAILING_TACTIC: "can_implement"} if FAULT == "can_implement" else {},
     misread=_MIS, config_lists={"sm100": _configs(SM100_CONFIGS), "sm120": _configs(SM120_CONFIGS)},
     reject="mat2Scale must be SF_DTYPE (uint8)" if FAULT == "arg_check" else None,
-    zero_band=ZERO_BAND if FAULT == "zero_band" else None,
+    zero_band=ZERO_BAND if FAULT == "zero_band" else None, later=FAULT if FAULT in LATER_FAULTS else None,
     version=FLASHINFER, call_s=CALL_S, streamk_memset_s=STREAMK_MEMSET_S)
 MOE = FakeFusedMoE(
     version=FLASHINFER,
@@ -81,7 +83,7 @@ TORCH = FakeTorchScaledMM(misread=_MIS)
 #: FlashInfer's activation quantizers (``quant_zero_scales``: FlashInfer #3398) and sgl_kernel's
 # any K: sim-tiny has no K = 2048 (the K of the upstream report)
 QUANT = FakeQuantizer(zero_scales=ISSUE_3398_M if FAULT == "quant_zero_scales" else frozenset(), version=FLASHINFER)
-SGL_QUANT = FakeQuantizer()
+SGL_QUANT = FakeQuantizer(stale_padding=0x5A)  # sgl_kernel leaves its scale padding unwritten
 
 
 def launched() -> list[str]:
