@@ -200,7 +200,7 @@ def test_every_worker_is_told_the_timer_of_its_samples(timer):
 
 
 def test_replays_per_round_fit_the_round_time_between_3_and_the_cap():
-    from fp4bench.ab.run import replays_per_round
+    from fp4bench.ab.benchmark import replays_per_round
 
     cfg = _cfg(round_samples=10, round_s=0.25)
     assert replays_per_round({"samples_s": [1e-6, 1e-6, 1e-6], "calls_per_sample": 256}, cfg) == 10

@@ -14,7 +14,7 @@ class AbDefaults:
     round_samples: int = 10  # replays per process and round (at most: see round_s)
     #: seconds of replays one process's round may take: a benchmark whose replay is longer than
     #: round_s / round_samples (the eager emulation rows, 0.1 s a call at b512) takes fewer
-    #: replays per round, at least 3, the same number on both sides (``ab.run.replays_per_round``)
+    #: replays per round, at least 3, the same number on both sides (``ab.benchmark.replays_per_round``)
     round_s: float = 0.25
     max_rounds: int = 16  # rounds an undecided benchmark may grow to
     #: process pairs an undecided benchmark may add, one at a time, when its processes disagree
