@@ -20,7 +20,8 @@ from fp4bench.ab.config import AbConfig
 from fp4bench.ab.estimate import AbEstimate, ab_estimate, ab_estimate_paired
 from fp4bench.ab.records import Paired, ProcInfo, ProcPart, SideResult
 from fp4bench.ab.rounds import Rounds
-from fp4bench.ab.schedule import SIDES, alloc_order, resident_capacity, start_order, turns
+from fp4bench.ab.schedule import SIDES, alloc_order, memory_figure, resident_capacity, start_order, turns
+from fp4bench.run.case import FAILED, OUT_OF_MEMORY
 from fp4bench.run.worker.pool import WorkerLost
 
 
@@ -70,7 +71,8 @@ class BenchmarkSteps(Rounds):
         order = alloc_order(self._slot_tuples(), index)
         pair.memory = self._join(order[0], name, entries, parts, res, where, memory=True)
         pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
-        groups = turns(self._slot_tuples(), pair.capacity)
+        first = self.info[order[0]].side
+        groups = turns(self._slot_tuples(), pair.capacity, first)
         if len(groups) > 1 and order[0] in self.workers and parts[order[0]].status == "measured":
             # idle processes may still hold cached operands of earlier benchmarks: release them
             # and read the free memory again, so the turns are sized on what the GPU really has
@@ -81,16 +83,17 @@ class BenchmarkSteps(Rounds):
             except WorkerLost as exc:
                 self._lost(order[0], name, "memory report of", exc)
             pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
-            groups = turns(self._slot_tuples(), pair.capacity)
+            groups = turns(self._slot_tuples(), pair.capacity, first)
         if len(groups) <= 1:
             for pid in order[1:]:
-                if res[self.info[pid].side].status != "failed":  # one failed check per side is enough
+                if res[self.info[pid].side].status not in (FAILED, OUT_OF_MEMORY):  # one per side is enough
                     self._join(pid, name, entries, parts, res, where)
             self._rounds(pair, name, entries, parts, res, where, index, remaining, t_start, extra)
         else:
             self._in_turns(pair, groups, name, entries, parts, res, where, index, remaining, t_start, extra)
         self._finish(pair, parts)
-        release = release or bool(pair.turns)
+        short = any(s.status == OUT_OF_MEMORY for s in res.values())
+        release = release or bool(pair.turns) or short
         for pid in list(self.workers):
             if (pid in parts or release) and self._drop(pid, name, release) > HELD_LIMIT_BYTES and release \
                     and pid not in extra:
@@ -99,6 +102,8 @@ class BenchmarkSteps(Rounds):
                 self._renew(pid, f"it still held memory after releasing {name}")
         for pid in extra:
             self._retire(pid)
+        if short:
+            self._memory_of_both(pair, name, entries, parts, res, where)
         pair.parts = list(parts.values())
         pair.crashes = self.crashes[crashes0:]
         pair.round_samples = self._replays.get(name)
@@ -125,6 +130,7 @@ class BenchmarkSteps(Rounds):
             if part.status != "measured":
                 side.status, side.reason = part.status, part.reason
                 side.extra_info = dict(reply.get("extra_info") or {})
+                side.memory = side.memory or reply.get("memory")
                 return None
             if not side.extra_info:
                 side.extra_info = dict(reply.get("extra_info") or {})
@@ -145,12 +151,13 @@ class BenchmarkSteps(Rounds):
         # (on an H200, +1.5 to +4 % on µs-scale kernels, docs/results-h200.md run 16), so
         # profiling only one process per side made that process an outlier of its side
         names = self.cfg.timer == "span"
+        # the first capture of each side reports its memory: the figure an out-of-memory names
         reply = self._ask(pid, {"op": "time", "case": entries[part.side]["case"], "samples": 3,
-                                "kernel_time": names, "memory": memory}, f"capture {name}")
+                                "kernel_time": names, "memory": memory or side.memory is None}, f"capture {name}")
         if reply.get("status") != "measured":
-            part.status, part.reason = "failed", f"while capturing: {reply.get('reason')}"
-            side.status, side.reason = "failed", part.reason
+            _failed(part, side, reply, "while capturing")
             return None
+        side.memory = side.memory or reply.get("memory")
         if names and "kernels" not in side.extra_info:
             side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
         self._replays.setdefault(name, replays_per_round(reply["timing"], self.cfg))
@@ -186,8 +193,7 @@ class BenchmarkSteps(Rounds):
             self._replace(info, name, entries, parts, res, where)
             return
         if reply.get("status") != "measured":
-            part.status, part.reason = "failed", f"during timing: {reply.get('reason')}"
-            side.status, side.reason = "failed", part.reason
+            _failed(part, side, reply, "during timing")
             return
         t = reply["timing"]
         part.rounds[r] = round_median(t["samples_s"])
@@ -200,35 +206,36 @@ class BenchmarkSteps(Rounds):
             side.telemetry.append({"process": pid, "round": r, **reply["telemetry"]})
 
     def _extra_pair(self, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
-                    where: str) -> list[str]:
-        """One more process per side for this benchmark (a new slot), started and captured in the
-        alternating order."""
+                    where: str, *, join: bool = True) -> list[str]:
+        """One more process per side for this benchmark (a new slot), started and (``join``)
+        checked and captured in the alternating order."""
         slot = len(self.slots)
         got = []
         for side, _ in start_order(slot + 1)[-2:]:
             pid = self._spawn(side, slot, extra=True)
             if pid is not None:
                 got.append(pid)
-        for pid in got:  # start order: alternates with the slot like the others
+        for pid in got if join else ():  # start order: alternates with the slot like the others
             self._join(pid, name, entries, parts, res, where)
         if got:
             self.progress(f"{where} {name}: processes disagree more than their rounds scatter; "
                           f"added {' and '.join(got)}")
         return got
 
-    def _estimate(self, parts: dict[str, ProcPart], *, budget_left: bool, paired: bool = False) -> AbEstimate | None:
+    def _estimate(self, parts: dict[str, ProcPart], *, budget_left: bool, paired: bool = False,
+                  solo: bool = False) -> AbEstimate | None:
         rounds = {p.proc: p.rounds for p in parts.values() if p.status == "measured"}
         side_of = {p.proc: p.side for p in parts.values()}
         if paired:
             return ab_estimate_paired(rounds, side_of, {p.proc: p.slot for p in parts.values()}, self.cfg.settings,
-                                      budget_left=budget_left)
+                                      budget_left=budget_left, solo=solo)
         return ab_estimate(rounds, side_of, self.cfg.settings, budget_left=budget_left)
 
     def _finish(self, pair: Paired, parts: dict[str, ProcPart]) -> None:
         """Each side's status: measured when its processes gave usable replicates, failed on a
         wrong output, lost when too few processes survived to judge it."""
         for s, side in (("A", pair.a), ("B", pair.b)):
-            if side.status in ("failed", "skipped", "unsupported"):
+            if side.status in (FAILED, OUT_OF_MEMORY, "skipped", "unsupported"):
                 continue
             live = [p for p in parts.values() if p.side == s and p.status == "measured"]
             # only what the surviving processes measured: a lost process's rounds are not evidence
@@ -243,3 +250,39 @@ class BenchmarkSteps(Rounds):
             for pid, d in digests.items():
                 groups.setdefault(d, []).append(pid)
             pair.digest_mismatch = " vs ".join(",".join(g) for g in groups.values())
+
+    def _memory_of_both(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
+                        res: dict[str, SideResult], where: str) -> None:
+        """A benchmark that ran out of memory on one side names both sides' memory: a side with
+        no report yet (it never ran, or ran on CPU) checks and captures it once, alone on the
+        GPU (every process released), and releases it."""
+        for s in SIDES:
+            if res[s].memory is not None or res[s].status not in ("pending", "measured", "lost"):
+                continue
+            pid = next((p for p in self.workers if self.info[p].side == s), None)
+            if pid is None:
+                continue
+            probe = ProcPart(pid, s, self.info[pid].slot, len(parts))
+            side = SideResult()
+            try:
+                reply = self._ask(pid, {"op": "check", "case": entries[s]["case"]}, f"check {name}")
+                if reply.get("status") == "measured":
+                    self._capture(pid, name, entries, probe, side, memory=True)
+                else:
+                    side.memory = reply.get("memory")
+                self._drop(pid, name, release=True)
+            except WorkerLost as exc:
+                self._lost(pid, name, "memory report of", exc)
+                continue
+            res[s].memory = side.memory
+            self.progress(f"[{pid}] {where} {name}: {memory_figure(side.memory)} on side {s}, alone on the GPU")
+
+
+def _failed(part: ProcPart, side: SideResult, reply: dict[str, Any], during: str) -> None:
+    """A capture or round that did not measure: out of memory (with the process's memory report)
+    or failed."""
+    status = OUT_OF_MEMORY if reply.get("status") == OUT_OF_MEMORY else FAILED
+    part.status, part.reason = status, f"{during}: {reply.get('reason')}"
+    side.status, side.reason = status, part.reason
+    side.memory = side.memory if status != OUT_OF_MEMORY else reply.get("memory") or side.memory
+

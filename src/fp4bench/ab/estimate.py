@@ -14,7 +14,10 @@ a large benchmark at once), A and B of one slot share their rounds but the slots
 centring within a round of two processes makes A's and B's offsets mirror images: they are
 not independent replicates any more. ``ab_estimate_paired`` then uses one number per slot, the
 mean of ``log(B round) - log(A round)`` over the rounds both took part in, and the spread
-between slots as the error term (``gate.rule.estimate_paired``).
+between slots as the error term (``gate.rule.estimate_paired``). When not even one process of
+each side fits at once, a turn is one process (``ab.schedule.turns``) and A and B of a slot
+share no round: a slot's number is then the mean log round time of its B process minus that of
+its A process, timed in adjacent turns (``solo``).
 
 ``m_p`` is also what names a bias: on an unchanged stack each process's offset should be
 noise around 0, and a pattern that follows the start or allocation order instead of the side
@@ -94,9 +97,10 @@ def ab_estimate(rounds: Mapping[str, Mapping[int, float]], side_of: Mapping[str,
 
 def ab_estimate_paired(rounds: Mapping[str, Mapping[int, float]], side_of: Mapping[str, str],
                        slot_of: Mapping[str, int], settings: rule.RuleSettings, *,
-                       budget_left: bool) -> AbEstimate | None:
+                       budget_left: bool, solo: bool = False) -> AbEstimate | None:
     """The verdict of one benchmark measured in turns (module docstring); None when fewer than
-    ``MIN_REPLICATES`` slots have an A and a B process with ``MIN_ROUNDS`` rounds in common."""
+    ``MIN_REPLICATES`` slots have an A and a B process with ``MIN_ROUNDS`` rounds in common
+    (``solo``: with ``MIN_ROUNDS`` rounds each)."""
     use = usable(rounds)
     m = offsets(use)
     per_slot: dict[int, dict[str, str]] = {}
@@ -108,6 +112,14 @@ def ab_estimate_paired(rounds: Mapping[str, Mapping[int, float]], side_of: Mappi
     for slot in sorted(per_slot):
         pa, pb = per_slot[slot].get("A"), per_slot[slot].get("B")
         if pa is None or pb is None:
+            continue
+        if solo:  # no shared round: each process's mean log time, its rounds' scatter around it
+            ya, yb = ([math.log(t) for t in use[p].values()] for p in (pa, pb))
+            ma, mb = sum(ya) / len(ya), sum(yb) / len(yb)
+            diffs.append(mb - ma)
+            resid += [y - ma for y in ya] + [y - mb for y in yb]
+            # the variance of a difference of two means of n rounds: s^2 (1/n_a + 1/n_b)
+            n_rounds.append(round(1.0 / (1.0 / len(ya) + 1.0 / len(yb))))
             continue
         common = sorted(set(use[pa]) & set(use[pb]))
         if len(common) < MIN_ROUNDS:
@@ -121,7 +133,7 @@ def ab_estimate_paired(rounds: Mapping[str, Mapping[int, float]], side_of: Mappi
         return None
     est = rule.estimate_paired(diffs, settings)
     between = _ss(diffs) / (len(diffs) - 1)
-    dof = len(resid) - len(diffs)
+    dof = len(resid) - len(diffs) * (2 if solo else 1)
     within = sum(x * x for x in resid) / dof if dof > 0 else 0.0
     return AbEstimate(est, rule.decide(est, settings, budget_left=budget_left), m, between,
                       within / (sum(n_rounds) / len(n_rounds)))

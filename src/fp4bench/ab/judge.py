@@ -6,7 +6,9 @@ slower beyond the guard band, PASS when shown below it, AMBIGUOUS (with its inte
 budget ran out first. ``fp4bench.gate.compare.compare`` still supplies what is not a timing
 statistic: lost / new tactics (the availability maps), kernel-set changes from the CUPTI kernel
 names, INVALID timings (operand bytes that differ, clock anomalies). Named failures are added
-here: a wrong output on B is a FAIL; a benchmark left with fewer than ``MIN_REPLICATES``
+here: a wrong output on B is a FAIL; a benchmark that ran out of device memory on either side is
+a resource failure of that case, not judged (kind ``out of memory``, with both sides' memory
+figures: never a wrong output, a FAIL or a PASS); a benchmark left with fewer than ``MIN_REPLICATES``
 processes per side (a worker died and was not replaced) is not judged, and such a run is
 incomplete (exit 3); so is a benchmark whose GPU's run crashed before measuring it (a run spread
 over several GPUs, ``ab.merge``). Such a run's report and JSON also say, per GPU, which benchmarks
@@ -23,6 +25,7 @@ from typing import Any
 from fp4bench.ab.estimate import MIN_REPLICATES
 from fp4bench.ab.merge import CRASHED
 from fp4bench.ab.records import AbRun, GpuPart, Paired, SideResult
+from fp4bench.ab.schedule import memory_figure
 from fp4bench.env import Fingerprint
 from fp4bench.gate import rule, verdict_json
 from fp4bench.gate.baseline import Baseline, availability_value
@@ -32,6 +35,7 @@ from fp4bench.gate.record import BenchmarkRecord
 from fp4bench.gate.verdict import DISPATCH, KERNEL_CHANGE, TIMING, Status, Verdict
 from fp4bench.report.tables import _render, describe_changes, format_seconds
 from fp4bench.report.textfit import common_prefix, fit_table, wrap_line
+from fp4bench.run.case import OUT_OF_MEMORY  # a kind of its own: the case did not fit in device memory
 
 WRONG_OUTPUT = "wrong output"
 LOST_WORKER = "worker lost"
@@ -39,7 +43,7 @@ FAILED_ON_BOTH = "failed on both"
 TOO_FEW = "too few replicates"
 GPU_CRASHED = "GPU run crashed"
 #: the kinds of a benchmark left unjudged: the run is incomplete (exit 3), never a pass
-NOT_JUDGED = (LOST_WORKER, FAILED_ON_BOTH, TOO_FEW, GPU_CRASHED)
+NOT_JUDGED = (LOST_WORKER, FAILED_ON_BOTH, TOO_FEW, GPU_CRASHED, OUT_OF_MEMORY)
 #: the kinds whose status comes from the replicate rule
 _TIMED = (TIMING, KERNEL_CHANGE, DISPATCH)
 
@@ -179,6 +183,13 @@ def gpu_line(part: GpuPart) -> str:
 def _named(p: Paired) -> Verdict | None:
     """A benchmark that was not timed on both sides, as a verdict (None: skipped on both)."""
     a, b = p.a, p.b
+    if OUT_OF_MEMORY in (a.status, b.status):  # before "failed": a resource failure, not an output
+        short = [(s, x) for s, x in (("A", a), ("B", b)) if x.status == OUT_OF_MEMORY]
+        why = "; ".join(f"{s}: {x.reason.splitlines()[0][:300]}" for s, x in short)
+        figures = "; ".join(f"{s} {memory_figure(x.memory)}" for s, x in (("A", a), ("B", b)))
+        return Verdict(p.name, Status.AMBIGUOUS, kind=OUT_OF_MEMORY, undecided=True,
+                       reason=f"not judged, out of memory on {' and '.join(s for s, _ in short)} (a resource "
+                              f"failure of this case); {why}; memory: {figures}")
     if a.status == b.status == CRASHED:
         return Verdict(p.name, Status.AMBIGUOUS, kind=GPU_CRASHED, undecided=True, reason=a.reason)
     if a.status == b.status == "failed":  # nothing says B is worse than A: not judged, not a pass
@@ -295,8 +306,9 @@ def report(run: AbRun, result: CompareResult) -> str:
     taking_turns = [p for p in run.pairs if p.turns]
     if taking_turns:
         lines += wrap_line(f"in turns ({len(taking_turns)} benchmarks): the GPU could not hold every process's copy at "
-                           f"once, so the slots took turns and Δ is the mean per-slot log-ratio: "
-                           + ", ".join(f"{p.name} ({len(p.turns)} turns)" for p in taking_turns[:3])
+                           f"once, so the processes took turns and Δ is the mean per-slot log-ratio (one process a "
+                           f"turn: a slot's A and B in adjacent turns, sharing no round): "
+                           + ", ".join(f"{p.name} ({len(p.turns)} turns of {len(p.turns[0])})" for p in taking_turns[:3])
                            + (" ..." if len(taking_turns) > 3 else ""))
     lines.append("")
     offs = process_offsets(run)
