@@ -28,6 +28,21 @@ class _KeepTorchModules(_Snapshot):
 _pytest.pytester.SysModulesSnapshot = _KeepTorchModules
 
 
+#: test files that exercise torch's own API (tensor ops and dtypes, FP4 formats, aten ops such as
+#: ``_scaled_mm``, the profiler): marked ``torch_api``, the set the newest-torch CI leg runs
+TORCH_API = ("formats/", "backends/", "reference/", "measure/test_verify.py", "measure/test_kernels.py",
+             "measure/test_copies.py", "measure/test_fidelity.py", "workload/test_operands.py",
+             "testing/test_slowdown.py", "test_simulated_blackwell.py")
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        rel = os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/")
+        if rel.startswith(TORCH_API):
+            item.add_marker(pytest.mark.torch_api)
+
+
 @pytest.fixture(autouse=True)
 def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under ``pytest tests -n N`` this process is an xdist worker and has PYTEST_XDIST_WORKER
@@ -60,3 +75,18 @@ def bench(pytester: pytest.Pytester) -> pytest.Pytester:
 
     pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
     return pytester
+
+
+@pytest.fixture
+def sim_workers(monkeypatch: pytest.MonkeyPatch):
+    """Every fp4bench worker the test starts (``fp4bench ab``, ``fp4bench units``, ``--fp4-isolate``)
+    is an in-process fake answering the worker protocol on a simulated clock
+    (``fakes/inproc_worker.py``); the fake environments of tests/fakes (``ab_env``) importable as
+    in a worker started with ``PYTHONPATH=tests/fakes``. Yields the ``World``: its clock, its
+    processes, and ``behaviour_of`` to change what the processes started next do."""
+    from fakes import inproc_worker as inproc
+    from fakes.paths import FAKES
+
+    monkeypatch.syspath_prepend(str(FAKES))
+    with inproc.workers() as world:
+        yield world

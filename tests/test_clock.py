@@ -34,6 +34,17 @@ def test_sim_clock_moves_only_when_advanced():
     assert isinstance(clock.current(), clock.RealClock)
 
 
+def test_spin_moves_a_simulated_clock_and_busies_the_real_one():
+    with clock.using(clock.SimClock()):
+        clock.spin(0.25)
+        clock.spin(-1.0)  # nothing to spend
+        assert clock.now() == 0.25
+    real = clock.RealClock()
+    t = real.now()
+    real.spin(2e-3)
+    assert real.now() - t >= 2e-3  # at least as long as asked (a lower bound only: the machine may be busy)
+
+
 def test_using_restores_the_clock_after_an_error():
     before = clock.current()
     with pytest.raises(KeyError):

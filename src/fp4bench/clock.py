@@ -8,12 +8,12 @@ is process-wide and replaceable:
 * ``RealClock`` (the default): ``time.perf_counter`` (monotonic, the highest resolution the
   platform has), ``time.sleep`` and ``threading.Event.wait``;
 * ``SimClock``: simulated seconds that move only when someone advances them. A fake kernel "takes"
-  1 ms by ``clock.advance(1e-3)``, a sleep advances by its length, and a wait that nothing ends
+  1 ms by ``clock.spin(1e-3)`` (on the real clock a busy-wait), a sleep advances by its length, and a wait that nothing ends
   advances to its deadline, so timing, budgets and schedules are tested exactly and instantly,
   whatever else the machine is doing.
 
 ``using(SimClock())`` swaps the clock for a block (tests, in-process fake workers); the module
-functions ``now``, ``sleep``, ``wait`` and ``advance`` ask whichever clock is in use.
+functions ``now``, ``sleep``, ``wait``, ``advance`` and ``spin`` ask whichever clock is in use.
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ class RealClock:
         """Spend ``seconds`` of this clock's time: on the real clock, by sleeping."""
         self.sleep(seconds)
 
+    def spin(self, seconds: float) -> None:
+        """Keep the CPU busy for ``seconds`` (a CPU "kernel" of known length)."""
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
 
 class SimClock:
     """Simulated monotonic seconds, moved only by ``advance``, ``sleep`` and unended ``wait``."""
@@ -64,6 +70,10 @@ class SimClock:
             self._t += float(seconds)
 
     def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.advance(seconds)
+
+    def spin(self, seconds: float) -> None:
         if seconds > 0:
             self.advance(seconds)
 
@@ -113,3 +123,9 @@ def wait(event: threading.Event, timeout: float | None) -> bool:
 def advance(seconds: float) -> None:
     """Spend ``seconds``: a simulated clock moves, the real one sleeps."""
     _current.advance(seconds)
+
+
+def spin(seconds: float) -> None:
+    """Busy ``seconds`` (a fake kernel, a CPU slowdown): the real clock spins the CPU, a simulated
+    one moves."""
+    _current.spin(seconds)

@@ -26,10 +26,14 @@ from fp4bench.gate.verdict import Status
 from fp4bench.gate.verdict_json import validate
 from fp4bench.report.tables import verdict_message
 from fp4bench.run.sweep import SweepOptions
+from fakes import inproc_worker as inproc
 from fakes.pytest_run import BENCH_FILE
 from fakes.paths import FAKES as FAKES_PATH
 
 pytest_plugins = ["pytester"]
+#: every worker is an in-process fake on a simulated clock (tests/conftest.py); the ab_env
+#: backend reads each fake process's own environment, so a side's variables act as in a real worker
+pytestmark = pytest.mark.usefixtures("sim_workers")
 
 FAKES = str(FAKES_PATH)
 SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
@@ -139,11 +143,26 @@ def _run(env_b: dict, env_a: dict | None = None, **kw):
     return runner.run(), lines
 
 
+SIM = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=(inproc.BACKEND,),
+                   tactics="all")
+
+
+def _sim_run(sides: dict[str, inproc.Behaviour], **kw):
+    """``AbRunner.run`` with in-process fake workers (fakes.inproc_worker) on a simulated clock:
+    ``sides`` says what each side's processes do."""
+    a, b = (Side(sys.executable, {inproc.SIDE_ENV: s}) for s in "AB")
+    lines: list[str] = []
+    with inproc.workers(sides) as world:
+        run = AbRunner(a, b, _cfg(sweep=SIM, plugins=(inproc.PLUGIN,), **kw), progress=lines.append).run()
+    return run, lines, world
+
+
 @pytest.fixture(scope="module")
 def slow_b():
-    """B 4x slower on every call (10 ms spins: preemption slices on a loaded machine are small
-    next to them) and another version; two tactics, so one benchmark is dense t1 and one t0."""
-    return _run({"FAKE_VERSION": "2.0", "FAKE_TACTICS": "t0", "FAKE_SLOWDOWN": "3.0"}, {"FAKE_TACTICS": "t0"})
+    """B 4x slower on every call, 1 % noise per call and 2 % per process, and another version."""
+    run, lines, _ = _sim_run({"A": inproc.Behaviour(call_sd=0.01, process_sd=0.02),
+                              "B": inproc.Behaviour(call_sd=0.01, process_sd=0.02, slowdown=3.0, version="2.0")})
+    return run, lines
 
 
 def test_replicates_alternate_and_every_process_is_timed_every_round(slow_b):
@@ -163,10 +182,10 @@ def test_replicates_alternate_and_every_process_is_timed_every_round(slow_b):
 def test_workers_import_together_and_start_one_at_a_time_in_start_order(monkeypatch):
     """Every process is launched (it imports torch and the harness) before the first handshake;
     the handshakes (CUDA context, backends) then go one at a time in ``start_order``."""
-    from fp4bench.run.worker.pool import Worker
+    from fakes.inproc_worker import InprocWorker
 
     events: list[tuple[str, str]] = []
-    launch, start = Worker.launch, Worker.start
+    launch, start = InprocWorker.launch, InprocWorker.start
 
     def logged_launch(self):
         events.append(("launch", self.spec.env.get("SIDE", "")))
@@ -176,8 +195,8 @@ def test_workers_import_together_and_start_one_at_a_time_in_start_order(monkeypa
         events.append(("start", self.spec.env.get("SIDE", "")))
         return start(self)
 
-    monkeypatch.setattr(Worker, "launch", logged_launch)
-    monkeypatch.setattr(Worker, "start", logged_start)
+    monkeypatch.setattr(InprocWorker, "launch", logged_launch)
+    monkeypatch.setattr(InprocWorker, "start", logged_start)
     a = Side(sys.executable, {"PYTHONPATH": FAKES, "SIDE": "A"})
     runner = AbRunner(a, Side(a.python, {**a.env, "SIDE": "B"}), _cfg(replicates=2), progress=lambda line: None)
     try:
@@ -239,11 +258,12 @@ def test_a_slower_b_fails_with_its_interval_and_per_process_offsets(slow_b):
     assert all(len(p["offset_pct"]) == 2 for p in procs.values())
 
 
-def test_a_worker_that_dies_partway_is_named_dropped_and_replaced(tmp_path):
-    marker = tmp_path / "died"
-    run, lines = _run({"FAKE_DIE_ONCE": str(marker)}, {"FAKE_DIE_ONCE": str(marker)})
-    assert marker.exists() and len(run.crashes) == 1
+def test_a_worker_that_dies_partway_is_named_dropped_and_replaced():
+    dies = inproc.Behaviour(call_sd=0.01, kernel_s=inproc.at_call(40, "crash", once=True))
+    run, lines, world = _sim_run({"A": dies, "B": dies})
+    assert len(run.crashes) == 1 and [p.calls for p in world.processes if p.exit_status == inproc.ABORTED] == [40]
     crash = run.crashes[0]
+    assert "died during" in crash.reason and "killed by SIGABRT (abort)" in crash.reason
     (hit,) = [p for p in run.pairs if p.name == crash.benchmark]
     (dead,) = [x for x in hit.parts if x.proc == crash.proc]
     assert dead.status == "lost" and dead.rounds == {}  # its partial replicate is dropped
@@ -399,7 +419,7 @@ def test_worker_round_carries_nvml_telemetry_only_where_it_is_read(monkeypatch):
     from fp4bench.workload.problems import GemmProblem
     from fp4bench.run.worker import protocol
     from fp4bench.run.worker.child import Child
-    from test_telemetry import GPU0, FakeNVML
+    from fakes.nvml import GPU0, FakeNVML
 
     child = Child({"device": "cpu", "seed": 0})
     req = {"case": protocol.encode_case("torch-bf16", GemmProblem(4, 64, 64), "default"), "samples": 3}

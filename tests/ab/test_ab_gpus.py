@@ -1,14 +1,13 @@
 """``fp4bench ab --gpus``: the benchmarks spread over several (fake) GPUs, each benchmark's A and
 B workers pinned to one GPU by UUID, merged into one report, JSON and exit code. On CPU the GPUs
-are ``FP4BENCH_FAKE_GPUS``; the workers run the ``ab-spin`` backend of tests/fakes/ab_env.py,
-which logs the ``CUDA_VISIBLE_DEVICES`` each worker started with (``FAKE_PIN_LOG``) and can make
-one GPU's workers fail to start (``FAKE_DEAD_GPU``)."""
+are ``FP4BENCH_FAKE_GPUS``; the workers are in-process fakes (tests/fakes/inproc_worker.py) running
+the ``ab-spin`` backend of tests/fakes/ab_env.py; each fake process keeps the environment it was
+started with (its ``CUDA_VISIBLE_DEVICES`` pin), and one GPU's workers can be made to fail to start."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,9 @@ from fakes.paths import FAKES as FAKES_PATH
 
 FAKES = str(FAKES_PATH)
 UUIDS = ("GPU-fake-0", "GPU-fake-1")
+#: every worker is an in-process fake on a simulated clock (tests/conftest.py); the ab_env
+#: backend reads each fake process's own environment (its pin included), as in a real worker
+pytestmark = pytest.mark.usefixtures("sim_workers")
 
 
 def _cli(*extra: str) -> list[str]:
@@ -31,22 +33,21 @@ def _cli(*extra: str) -> list[str]:
 
 @pytest.fixture
 def host(monkeypatch, tmp_path):
-    """Two fake GPUs; every worker loads ab_env (two tactics: two benchmarks per family) and logs
-    its pin."""
+    """Two fake GPUs; every worker loads ab_env (two tactics: two benchmarks per family)."""
     monkeypatch.setenv("FP4BENCH_FAKE_GPUS", "2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("PYTHONPATH", FAKES)
     monkeypatch.setenv("FAKE_SPIN_S", "0.01")
     monkeypatch.setenv("FAKE_TACTICS", "t0,t1")
-    monkeypatch.setenv("FAKE_PIN_LOG", str(tmp_path / "pins.log"))
     return tmp_path
 
 
-def _pins(host: Path) -> dict[int, str]:
-    return {int(pid): uuid for pid, uuid in (line.split() for line in (host / "pins.log").read_text().splitlines())}
+def _pins(world) -> dict[int, str]:
+    """Each fake process's pid and the ``CUDA_VISIBLE_DEVICES`` it was started with."""
+    return {p.pid: p.spec.env.get("CUDA_VISIBLE_DEVICES") for p in world.processes}
 
 
-def test_one_gpu_slowed_fails_only_its_benchmarks_with_every_worker_pinned(host, capsys):
+def test_one_gpu_slowed_fails_only_its_benchmarks_with_every_worker_pinned(host, capsys, sim_workers):
     """B slowed only on GPU 1 (the slowdown wrapper selected by the pinned UUID): GPU 1's family
     FAILs, GPU 0's passes, one report and JSON carry both, the exit code is the worst (1)."""
     out = host / "ab.json"
@@ -56,7 +57,7 @@ def test_one_gpu_slowed_fails_only_its_benchmarks_with_every_worker_pinned(host,
     assert code == EXIT_REGRESSION, text
     js = json.loads(out.read_text())
     # every process of GPU i started with CUDA_VISIBLE_DEVICES = GPU i's UUID, both sides alike
-    pins = _pins(host)
+    pins = _pins(sim_workers)
     procs = js["evidence"]["processes"]
     assert len(procs) == 8 and {p["process"][:3] for p in procs} == {"g0.", "g1."}
     for p in procs:
@@ -110,8 +111,11 @@ def test_the_partition_is_by_family_longest_first_and_the_same_every_time():
         assert s == [n for n in names if n in s]
 
 
-def test_a_gpu_whose_workers_cannot_start_leaves_its_share_unjudged(host, capsys, monkeypatch):
-    monkeypatch.setenv("FAKE_DEAD_GPU", "GPU-fake-1")
+def test_a_gpu_whose_workers_cannot_start_leaves_its_share_unjudged(host, capsys, sim_workers):
+    from fakes.inproc_worker import Behaviour
+
+    dead = Behaviour(fault=lambda p, req: "error: simulated: GPU GPU-fake-1 is gone" if req["op"] == "init" else None)
+    sim_workers.behaviour_of = lambda spec: dead if spec.env.get("CUDA_VISIBLE_DEVICES") == "GPU-fake-1" else Behaviour()
     out = host / "ab.json"
     code = ab_main(_cli("--verdict-json", str(out)))
     text = capsys.readouterr().out

@@ -21,13 +21,18 @@ from fp4bench.run.worker.child import Child, operand_digest
 from fakes.paths import FAKES as FAKES_PATH
 
 FAKES = str(FAKES_PATH)
+#: every worker is an in-process fake on a simulated clock (tests/conftest.py); the ab_env
+#: backend reads each fake process's own environment, so a side's variables act as in a real worker
+pytestmark = pytest.mark.usefixtures("sim_workers")
 SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
                      tactics="all")
 
 
 def test_a_place_round_times_the_same_bytes_in_new_memory():
-    ch = Child({"device": "cpu", "plugins": [], "timing": asdict(TimingConfig()), "cold_l2": True, "seed": 0})
-    sweep = SweepOptions(models=("glm-5",), batches=(1,), kinds=("dense",), backends=("torch-bf16",))
+    ch = Child({"device": "cpu", "plugins": [], "timing": asdict(TimingConfig(calls_per_sample=1, warmup_calls=1)),
+                "cold_l2": True, "seed": 0})
+    # the smallest GLM-5 dense shapes (TP 8): what is tested is where the operands live, not their size
+    sweep = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("torch-bf16",))
     case = [c for c in ch.cases({"sweep": sweep.to_dict()})["cases"] if not c["skip_reason"]][0]["case"]
     assert ch.time({"case": case, "samples": 3})["status"] == "measured"
     (ops,) = ch.runner._ops.values()

@@ -24,9 +24,13 @@ from fp4bench.gate.policy import Policy
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gate.verdict import Status
 from fp4bench.run.sweep import SweepOptions
+from fakes import inproc_worker as inproc
 from fakes.paths import FAKES as FAKES_PATH
 
 FAKES = str(FAKES_PATH)
+#: every worker is an in-process fake on a simulated clock (tests/conftest.py); the ab_env
+#: backend reads each fake process's own environment, so a side's variables act as in a real worker
+pytestmark = pytest.mark.usefixtures("sim_workers")
 GIB = 1 << 30
 SWEEP = SweepOptions(models=("glm-5",), batches=(1,), tps=(8,), kinds=("dense",), backends=("ab-spin",),
                      tactics="all")
@@ -155,11 +159,13 @@ def in_turns():
     sent: list[tuple[str, dict]] = []
     mp = pytest.MonkeyPatch()
     mp.setattr(AbRunner, "_ask", _holds_two(sent))
+    mp.syspath_prepend(FAKES)
     try:
         a = Side(sys.executable, {"PYTHONPATH": FAKES, "FAKE_SPIN_S": "0.01", "FAKE_TACTICS": "t0"})
         b = Side(a.python, {**a.env, "FAKE_SLOWDOWN": "3.0"})
         lines: list[str] = []
-        run = AbRunner(a, b, _cfg(), progress=lines.append).run()
+        with inproc.workers():
+            run = AbRunner(a, b, _cfg(), progress=lines.append).run()
     finally:
         mp.undo()
     return run, sent, lines

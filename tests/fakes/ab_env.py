@@ -2,9 +2,10 @@
 the worker's environment variables, so two workers on the same interpreter act as two stacks.
 
 ``ab-spin`` writes the real bf16 product (computed once, then copied: the correctness check
-passes and the matmul's CPU-load-dependent time stays out of the way) and then busy-waits
-``FAKE_SPIN_S`` (default 2 ms) times ``1 + FAKE_SLOWDOWN``: a fixed, machine-load-independent
-call time. ``FAKE_VERSION`` is its reported version; ``FAKE_TACTICS`` the labels it lists.
+passes and the matmul's CPU-load-dependent time stays out of the way) and then spins
+``FAKE_SPIN_S`` (default 2 ms) times ``1 + FAKE_SLOWDOWN`` on the clock in use (``clock.spin``: a
+busy-wait in a real worker process, exactly that simulated time in an in-process fake worker,
+``fakes.inproc_worker``). ``FAKE_VERSION`` is its reported version; ``FAKE_TACTICS`` the labels it lists.
 ``FAKE_DIE_ONCE=PATH``: the first process to make its 40th call creates PATH and aborts (a worker
 that dies partway through its rounds); every later process sees PATH and lives.
 ``FAKE_PIN_LOG=PATH``: each worker appends ``<pid> <CUDA_VISIBLE_DEVICES>`` to PATH when it loads
@@ -13,10 +14,10 @@ pinned to that GPU fails to load this module (a GPU whose workers cannot start).
 """
 
 import os
-import time
 
 import torch
 
+from fp4bench import clock
 from fp4bench.backends.base import Availability, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 
@@ -51,10 +52,7 @@ class AbSpin(TorchBF16):
             prepared.args["product"] = super().run(prepared, tactic).clone()
         out = prepared.out
         out.copy_(prepared.args["product"])
-        spin = float(os.environ.get("FAKE_SPIN_S", "0.002")) * (1 + float(os.environ.get("FAKE_SLOWDOWN", "0")))
-        t = time.perf_counter()
-        while time.perf_counter() - t < spin:
-            pass
+        clock.spin(float(os.environ.get("FAKE_SPIN_S", "0.002")) * (1 + float(os.environ.get("FAKE_SLOWDOWN", "0"))))
         return out
 
 

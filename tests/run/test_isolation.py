@@ -27,7 +27,8 @@ from fp4bench.measure.verify import CheckResult
 from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
 from fp4bench.testing import faults
 from fp4bench.run.worker import protocol
-from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter
+from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter, spawn
+from fakes import inproc_worker as inproc
 from fakes.paths import BENCH_FILE as BENCH, FAKES
 
 pytest_plugins = ["pytester"]
@@ -136,6 +137,79 @@ def test_isolated_runner_turns_a_lost_worker_into_a_named_failed_case(fake_pytho
     assert res.status == FAILED and "killed by SIGABRT (abort)" in res.reason
     assert res.extra_info["isolation"] == res.reason
     runner.close()
+
+
+# --- the real child and parent in one process (fakes.inproc_worker) -------------------------------
+
+def _sim_req(backend: str = "torch-bf16") -> dict:
+    return {"op": "run", "case": protocol.encode_case(backend, GemmProblem(1, 8, 16), "default"), "measure": False}
+
+
+def test_spawn_makes_a_subprocess_worker_unless_spawning_says_otherwise():
+    spec = WorkerSpec(python=sys.executable)
+    assert type(spawn(spec)) is Worker
+    with inproc.workers():
+        w = spawn(spec, "x")
+        assert isinstance(w, inproc.InprocWorker) and w.label == "x"
+    assert type(spawn(spec)) is Worker
+
+
+@pytest.mark.parametrize(("fault", "expect"), [
+    ("fault-abort", "process died during run: killed by SIGABRT (abort)"),
+    ("fault-hang", "hang: worker gave no answer to run within 5 s; killed"),
+])
+def test_in_process_a_dead_or_hung_worker_costs_one_request_and_the_next_gets_a_fresh_process(fault, expect):
+    """The real child's answer to a fault backend, through the real parent, on the simulated clock:
+    the hang costs exactly the timeout."""
+    with inproc.workers() as world:
+        w = spawn(WorkerSpec(python=sys.executable, init={"device": "cpu", "plugins": ["fp4bench.testing.faults"]},
+                             timeout_s=5.0))
+        assert w.request(_sim_req())["status"] == "measured"
+        t = world.clock.now()
+        with pytest.raises(WorkerLost) as err:
+            w.request(_sim_req(fault))
+        assert str(err.value).endswith(expect) and w.proc is None
+        assert world.clock.now() - t == pytest.approx(5.0 if fault == "fault-hang" else 0.0)
+        assert w.request(_sim_req())["status"] == "measured" and w.starts == 2
+        assert [p.exit_status for p in world.processes] == [-6 if fault == "fault-abort" else -9, None]
+        w.close()
+
+
+def test_in_process_a_poisoned_context_reply_is_returned_and_the_worker_replaced():
+    """fault-sticky raises what a poisoned CUDA context raises: the real child answers fatal and
+    exits; a ``Behaviour.fault`` of "fatal" does the same for any backend."""
+    fatal_runs = inproc.Behaviour(fault=lambda p, req: "fatal" if req["op"] == "run" else None)
+    with inproc.workers(lambda spec: fatal_runs if spec.env.get("FATAL") else inproc.Behaviour()) as world:
+        for env, backend in (({}, "fault-sticky"), ({"FATAL": "1"}, "torch-bf16")):
+            w = spawn(WorkerSpec(python=sys.executable, env=env,
+                                 init={"device": "cpu", "plugins": ["fp4bench.testing.faults"]}))
+            reply = w.request(_sim_req(backend))
+            assert reply["status"] == "failed" and reply["fatal"] and "CUDA context poisoned" in reply["reason"]
+            assert w.proc is None and world.processes[-1].exit_status == 3
+
+
+def test_in_process_a_child_that_cannot_start_is_named():
+    with inproc.workers():
+        w = spawn(WorkerSpec(python=sys.executable, init={"device": "cpu", "plugins": ["no_such_plugin_module"]}),
+                  "side B's worker")
+        with pytest.raises(WorkerLost, match=r"side B's worker \(.*\) could not start: ValueError: --fp4-plugin: "
+                                             r"cannot import backend module 'no_such_plugin_module'"):
+            w.start()
+
+
+def test_in_process_kernels_take_the_simulated_time_their_behaviour_says():
+    """One fake process per behaviour; a 'time' round of 5 samples reports exactly the asked time."""
+    case = protocol.encode_case(inproc.BACKEND, GemmProblem(1, 64, 128), "default")
+    with inproc.workers({"A": inproc.Behaviour(call_s=2e-3), "B": inproc.Behaviour(call_s=2e-3, slowdown=0.03)}):
+        got = {}
+        for side in "AB":
+            w = spawn(WorkerSpec(python=sys.executable, env={inproc.SIDE_ENV: side},
+                                 init={"device": "cpu", "plugins": [inproc.PLUGIN]}))
+            assert w.request({"op": "check", "case": case})["status"] == "measured"
+            got[side] = w.request({"op": "time", "case": case, "samples": 5})["timing"]["samples_s"]
+            w.close()
+    assert got["A"] == pytest.approx([2e-3] * 5, rel=1e-9)
+    assert got["B"] == pytest.approx([2.06e-3] * 5, rel=1e-9)
 
 
 # --- the real worker through pytest (abort, hang, simulated sticky in one sweep) --------------

@@ -1,14 +1,13 @@
 """``fp4bench units``: every (fake) GPU measured at once by its own pinned worker, each unit judged
 against its siblings with the project's rule. On CPU the GPUs are ``FP4BENCH_FAKE_GPUS``, the
-benchmarks the ``ab-spin`` backend of tests/fakes/ab_env.py (a fixed busy-wait per call), and a
-slow unit is made with the test-only slowdown wrapper selected by the pinned UUID
+benchmarks the ``ab-spin`` backend of tests/fakes/ab_env.py (a fixed time per call) in in-process
+fake workers on the simulated clock (tests/fakes/inproc_worker.py), and a slow unit is made with the test-only slowdown wrapper selected by the pinned UUID
 (``FP4BENCH_SLOWDOWN_GPUS``)."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,20 +136,17 @@ def _cli(*extra: str) -> list[str]:
 
 
 @pytest.fixture
-def host(monkeypatch, tmp_path):
+def host(monkeypatch, tmp_path, sim_workers):
+    """Two fake GPUs; every worker an in-process fake on the simulated clock (tests/conftest.py),
+    running ab_env with each fake process's own environment (its pin included)."""
     monkeypatch.setenv("FP4BENCH_FAKE_GPUS", "2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("PYTHONPATH", FAKES)
     monkeypatch.setenv("FAKE_SPIN_S", "0.01")
-    monkeypatch.setenv("FAKE_PIN_LOG", str(tmp_path / "pins.log"))
     return tmp_path
 
 
-def _pins(host: Path) -> dict[int, str]:
-    return {int(pid): uuid for pid, uuid in (line.split() for line in (host / "pins.log").read_text().splitlines())}
-
-
-def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, capsys):
+def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, capsys, sim_workers):
     out = host / "units.json"
     code = units_main(_cli("--plugin", "fp4bench.testing.slowdown", "--env", "FP4BENCH_SLOWDOWN=ab-spin=1",
                            "--env", "FP4BENCH_SLOWDOWN_GPUS=GPU-fake-1", "--verdict-json", str(out)))
@@ -166,7 +162,7 @@ def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, 
         assert got["GPU-fake-1"]["status"] == "FAIL" and got["GPU-fake-1"]["interval_pct"][0] > 5
         assert got["GPU-fake-0"]["status"] == "PASS"
         assert all(len(u["windows"]) >= 3 and u["telemetry"] is None for u in got.values())  # CPU: no NVML
-    pins = _pins(host)
+    pins = {p.pid: p.spec.env.get("CUDA_VISIBLE_DEVICES") for p in sim_workers.processes}
     for uuid, fp in js["fingerprints"].items():
         assert fp["gpu_name"] == "cpu"
     started = {uuid: [p for p, u in pins.items() if u == uuid] for uuid in ("GPU-fake-0", "GPU-fake-1")}
@@ -176,8 +172,11 @@ def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, 
     assert "telemetry: none (NVML is read during GPU windows only" in text
 
 
-def test_a_gpu_whose_worker_cannot_start_leaves_the_check_incomplete(host, capsys, monkeypatch):
-    monkeypatch.setenv("FAKE_DEAD_GPU", "GPU-fake-1")
+def test_a_gpu_whose_worker_cannot_start_leaves_the_check_incomplete(host, capsys, sim_workers):
+    from fakes.inproc_worker import Behaviour
+
+    dead = Behaviour(fault=lambda p, req: "error: simulated: GPU GPU-fake-1 is gone" if req["op"] == "init" else None)
+    sim_workers.behaviour_of = lambda spec: dead if spec.env.get("CUDA_VISIBLE_DEVICES") == "GPU-fake-1" else Behaviour()
     out = host / "units.json"
     assert units_main(_cli("--windows", "2", "--max-windows", "2", "--verdict-json", str(out))) == EXIT_INCOMPLETE
     text = " ".join(capsys.readouterr().out.split())
@@ -188,9 +187,7 @@ def test_a_gpu_whose_worker_cannot_start_leaves_the_check_incomplete(host, capsy
 
 
 def test_equal_units_pass(host, capsys):
-    # two workers spin on this shared 2-core CPU at once: a 50 % floor leaves only what the test
-    # is about (equal units are not flagged; the slow-unit test doubles a unit's time)
-    assert units_main(_cli("--floor", "50")) == EXIT_OK
+    assert units_main(_cli()) == EXIT_OK
     text = capsys.readouterr().out
     assert "FAIL" not in text.split("summary:")[0].split("verdict")[-1] and "no unit flagged (exit 0)" in text
 

@@ -25,7 +25,7 @@ from fp4bench.ab.schedule import SIDES, start_order
 from fp4bench.measure.timing import TIMER_ENV
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
-from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter, spawn
 
 
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
@@ -86,7 +86,7 @@ class AbRunner(BenchmarkSteps):
         raises: a side that cannot start is a usage error)."""
         self._serial[side] += 1
         pid = f"{self.prefix}{side}{self._serial[side]}"
-        w = launched if launched is not None else Worker(self.specs[side])
+        w = launched if launched is not None else spawn(self.specs[side])
         w.label = f"process {pid}"
         try:
             ready = w.start()
@@ -139,7 +139,7 @@ class AbRunner(BenchmarkSteps):
         order = start_order(self.cfg.replicates)
         launched = []
         for side, _ in order:
-            w = Worker(self.specs[side], label=f"side {side}'s worker")
+            w = spawn(self.specs[side], label=f"side {side}'s worker")
             try:
                 w.launch()
             except WorkerLost as exc:

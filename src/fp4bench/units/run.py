@@ -37,7 +37,7 @@ from fp4bench.run.case import OUT_OF_MEMORY
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings
-from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, interpreter, spawn
 
 #: worker starts a unit may use (its first and the replacements of dead ones)
 MAX_STARTS = 3
@@ -142,10 +142,10 @@ class UnitRunner:
         self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
         python = interpreter(cfg.python)
         self.units = [Unit(g) for g in gpus]
-        self.workers = {g.uuid: Worker(WorkerSpec(python=python, env={**cfg.env, **pin_env(g), TIMER_ENV: "span"},
-                                                  init=_init(cfg),
-                                                  timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0)),
-                                       label=f"GPU {g.index} worker") for g in gpus}
+        self.workers = {g.uuid: spawn(WorkerSpec(python=python, env={**cfg.env, **pin_env(g), TIMER_ENV: "span"},
+                                                 init=_init(cfg),
+                                                 timeout_s=cfg.timeout_s, start_timeout_s=max(cfg.timeout_s, 300.0)),
+                                      label=f"GPU {g.index} worker") for g in gpus}
         self._pool = ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="fp4bench-unit")
         self._t0 = clock.now()
         self._stopping = threading.Event()  # set on Ctrl-C: no request is sent, no worker restarted

@@ -263,29 +263,41 @@ def serve(inp: TextIO, out: TextIO) -> int:
     first = inp.readline()
     if not first:
         return 0
-    init = json.loads(first)
-    try:
-        child = Child(init)
-    except Exception as exc:  # a bad device, a plugin that fails: the parent reports this one line
-        lines = str(exc).strip().splitlines()
-        out.write(protocol.dumps({"type": "error", "error": f"{type(exc).__name__}: {lines[0] if lines else ''}"}))
-        out.flush()
-        return 2
-    from fp4bench.backends.registry import test_only
-
-    out.write(protocol.dumps({"type": "ready", "pid": os.getpid(), "fingerprint": child.fingerprint.to_dict(),
-                              "python": sys.executable, "test_only": test_only()}))
+    child, hello = open_child(json.loads(first), os.getpid())
+    out.write(protocol.dumps(hello))
     out.flush()
+    if child is None:
+        return 2
     for line in inp:
         if not line.strip():
             continue
-        reply = child.handle(json.loads(line))
-        reply["type"] = "result"
-        out.write(protocol.dumps(protocol.finite(reply)))
+        reply = answer(child, json.loads(line))
+        out.write(protocol.dumps(reply))
         out.flush()
         if reply.get("fatal"):
             return 3  # a poisoned context is never reused
     return 0
+
+
+def open_child(init: dict[str, Any], pid: int) -> tuple[Child | None, dict[str, Any]]:
+    """The ``Child`` an ``init`` message describes and its first line (the ``ready`` record), or
+    None and the ``error`` record naming why it could not start (a bad device, a plugin that fails)."""
+    try:
+        child = Child(init)
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        return None, {"type": "error", "error": f"{type(exc).__name__}: {lines[0] if lines else ''}"}
+    from fp4bench.backends.registry import test_only
+
+    return child, {"type": "ready", "pid": pid, "fingerprint": child.fingerprint.to_dict(),
+                   "python": sys.executable, "test_only": test_only()}
+
+
+def answer(child: Child, req: dict[str, Any]) -> dict[str, Any]:
+    """The ``result`` line for one request (a ``fatal`` one is the child's last)."""
+    reply = child.handle(req)
+    reply["type"] = "result"
+    return protocol.finite(reply)
 
 
 def main() -> int:

@@ -9,6 +9,7 @@ by itself). The next request starts a fresh process. ``IsolatedRunner`` has ``Ca
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,16 +141,27 @@ class Worker:
         self.ready = ready
         return ready
 
-    def _exchange(self, msg: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
+    def _send(self, line: str) -> None:
+        """Write one request line to the process."""
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(protocol.dumps(msg))
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            pass  # dead already: the reader reports EOF below
+            pass  # dead already: the reader reports EOF next
+
+    def _receive(self, timeout: float) -> str | None:
+        """The process's next line, None at its EOF; ``TimeoutError`` when none came within ``timeout`` s."""
         try:
-            line = self._lines.get(timeout=timeout)
+            return self._lines.get(timeout=timeout)
         except queue.Empty:
+            raise TimeoutError from None
+
+    def _exchange(self, msg: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
+        self._send(protocol.dumps(msg))
+        try:
+            line = self._receive(timeout)
+        except TimeoutError:
             self.kill()
             raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
         if line is None:  # stdout at EOF: the process is exiting
@@ -198,6 +211,28 @@ class Worker:
         self._reap()
 
 
+#: what ``spawn`` builds: the real subprocess ``Worker`` unless ``spawning`` put another in
+_factory: Callable[[WorkerSpec, str], Worker] = Worker
+
+
+def spawn(spec: WorkerSpec, label: str = "worker") -> Worker:
+    """A new (not yet started) worker for ``spec``: every worker of the package (``fp4bench ab``,
+    ``fp4bench units``, ``--fp4-isolate``) is made here."""
+    return _factory(spec, label)
+
+
+@contextlib.contextmanager
+def spawning(factory: Callable[[WorkerSpec, str], Worker]) -> Iterator[Callable[[WorkerSpec, str], Worker]]:
+    """Make every worker with ``factory(spec, label)`` in the block (tests: an in-process worker
+    answering the same protocol), then the one before again."""
+    global _factory
+    before, _factory = _factory, factory
+    try:
+        yield factory
+    finally:
+        _factory = before
+
+
 class _StderrTail:
     """A child's stderr: kept (the last lines) until ``forward``, then passed to ours."""
 
@@ -235,7 +270,7 @@ class IsolatedRunner:
     """``CaseRunner``'s interface over a worker process (``pytest --fp4-isolate``)."""
 
     def __init__(self, spec: WorkerSpec):
-        self.worker = Worker(spec)
+        self.worker = spawn(spec)
 
     def measurement(self) -> dict[str, str]:
         """What the worker's ``CaseRunner`` reports, from the settings it is started with (a
