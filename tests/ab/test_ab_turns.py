@@ -219,8 +219,8 @@ def test_an_added_process_pair_takes_its_own_turn_and_never_sits_beside_another(
     estimate = AbRunner._estimate
     calls = {"n": 0}
 
-    def disagree_once(self, parts, *, budget_left, paired=False):
-        est = estimate(self, parts, budget_left=budget_left, paired=paired)
+    def disagree_once(self, parts, *, budget_left, **kw):
+        est = estimate(self, parts, budget_left=budget_left, **kw)
         calls["n"] += 1
         if est is not None and calls["n"] == 1:
             return dataclasses.replace(est, decision=Decision.MORE, between_var=1.0, within_var_of_mean=0.0)

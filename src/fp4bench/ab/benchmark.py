@@ -84,10 +84,15 @@ class BenchmarkSteps(Rounds):
                 self._lost(order[0], name, "memory report of", exc)
             pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
             groups = turns(self._slot_tuples(), pair.capacity, first)
-        if len(groups) <= 1:
+        if res[self.info[order[0]].side].status == OUT_OF_MEMORY:
+            pair.stopped = "out of memory"  # one process alone does not fit: nothing to share the GPU with
+        elif len(groups) <= 1:
             for pid in order[1:]:
-                if res[self.info[pid].side].status not in (FAILED, OUT_OF_MEMORY):  # one per side is enough
-                    self._join(pid, name, entries, parts, res, where)
+                if res[self.info[pid].side].status == FAILED:  # one failed check per side is enough
+                    continue
+                if any(res[s].status == OUT_OF_MEMORY for s in SIDES):
+                    break
+                self._join(pid, name, entries, parts, res, where)
             self._rounds(pair, name, entries, parts, res, where, index, remaining, t_start, extra)
         else:
             self._in_turns(pair, groups, name, entries, parts, res, where, index, remaining, t_start, extra)
@@ -233,7 +238,8 @@ class BenchmarkSteps(Rounds):
 
     def _finish(self, pair: Paired, parts: dict[str, ProcPart]) -> None:
         """Each side's status: measured when its processes gave usable replicates, failed on a
-        wrong output, lost when too few processes survived to judge it."""
+        wrong output, lost when too few processes survived to judge it, not run when the other
+        side ran out of memory first."""
         for s, side in (("A", pair.a), ("B", pair.b)):
             if side.status in (FAILED, OUT_OF_MEMORY, "skipped", "unsupported"):
                 continue
@@ -241,7 +247,8 @@ class BenchmarkSteps(Rounds):
             # only what the surviving processes measured: a lost process's rounds are not evidence
             side.samples = [x for p in live for x in p.samples]
             side.telemetry = [t for t in side.telemetry if t["process"] in {p.proc for p in live}]
-            side.status = "measured" if live else "lost"
+            ran = any(p.side == s for p in parts.values())
+            side.status = "measured" if live else "lost" if ran else "not run"  # not run: the other side ran out
             if not live:
                 side.reason = "; ".join(p.reason for p in parts.values() if p.side == s and p.status == "lost")
         digests = {p.proc: p.digest for p in parts.values() if p.status == "measured"}
@@ -257,7 +264,7 @@ class BenchmarkSteps(Rounds):
         no report yet (it never ran, or ran on CPU) checks and captures it once, alone on the
         GPU (every process released), and releases it."""
         for s in SIDES:
-            if res[s].memory is not None or res[s].status not in ("pending", "measured", "lost"):
+            if res[s].memory is not None or res[s].status not in ("measured", "lost", "not run"):
                 continue
             pid = next((p for p in self.workers if self.info[p].side == s), None)
             if pid is None:
