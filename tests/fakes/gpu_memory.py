@@ -68,9 +68,13 @@ class GpuMemory:
     def report(self, process: inproc.FakeProcess) -> dict[str, int]:
         return {"peak": self.peaks[process.side], "free": self.free(), "total": self.total}
 
-    def behaviour(self, side: str, **kw: Any) -> inproc.Behaviour:
+    def use(self) -> None:
+        """This card is the one ``sim-bf16-mem`` prepares on."""
         global _card
         _card = self
+
+    def behaviour(self, side: str, **kw: Any) -> inproc.Behaviour:
+        self.use()
         return inproc.Behaviour(memory=self.report, fault=self._release, **kw)
 
 

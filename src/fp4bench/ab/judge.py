@@ -101,9 +101,7 @@ def _ruled(v: Verdict, p: Paired | None, settings: rule.RuleSettings) -> Verdict
     status = {rule.Decision.FAIL: Status.FAIL, rule.Decision.PASS: Status.PASS}.get(d, Status.AMBIGUOUS)
     if v.kind == DISPATCH and v.status is Status.FAIL:
         status = Status.FAIL  # --dispatch fail: a kernel-set change fails whatever the timing
-    if status is Status.FAIL and d is rule.Decision.FAIL and e.est.lo < settings.threshold:
-        why = f"huge change, every B process slower than every A process (budget spent: {p.stopped})"
-    elif status is Status.FAIL:
+    if status is Status.FAIL:
         why = f"B slower: the interval is above the {band:.2g}% guard band"
     elif status is Status.PASS:
         why = "" if not rule.improved(e.est, settings) else "improved"
@@ -111,9 +109,22 @@ def _ruled(v: Verdict, p: Paired | None, settings: rule.RuleSettings) -> Verdict
         why = f"undecided ({p.stopped}): the interval straddles the {band:.2g}% guard band"
     kernels = [x for x in v.reason.split("; ") if "kernel" in x]  # compare()'s kernel-set notes
     why = "; ".join(x for x in [why, *kernels] if x)
+    base = _side_level(p, e.offsets)
     return dataclasses.replace(v, status=status, ratio=math.exp(e.est.delta), improved=status is Status.PASS
                                and rule.improved(e.est, settings), undecided=False, n_base=e.est.n_base,
-                               n_new=e.est.n_new, reason=why + crashed, **common)
+                               n_new=e.est.n_new, reason=why + crashed,
+                               base_median=base, new_median=None if base is None else base * math.exp(e.est.delta),
+                               **common)
+
+
+def _side_level(p: Paired, used: dict[str, float]) -> float | None:
+    """Side A's time as the estimate sees it: the geometric mean over A's judged processes of
+    each one's geometric-mean round time. The report's B column is this times exp(Δ), so the
+    two columns show the very estimate Δ is (the medians of pooled samples are not it: they
+    weigh the processes by their sample counts and do not pair the rounds)."""
+    logs = [sum(math.log(t) for t in x.rounds.values()) / len(x.rounds)
+            for x in p.parts if x.side == "A" and x.proc in used and x.rounds]
+    return math.exp(sum(logs) / len(logs)) if logs else None
 
 
 def _telemetry_extra(side: SideResult) -> dict[str, Any]:
@@ -338,6 +349,7 @@ def report(run: AbRun, result: CompareResult) -> str:
         rounds = str(len(p.order)) if p is not None and p.order else "-"
         rows.append([label, v.name.removeprefix(prefix), format_seconds(v.base_median), format_seconds(v.new_median),
                      _interval(v, p), reps, rounds, v.reason])
+    # A: the geometric mean of A's per-process round times, B: A x exp(Δ) (``_side_level``)
     head = ["verdict", "benchmark", "A", "B", f"Δ [{st.confidence * 100:g}% bounds]", "procs", "rounds", "notes"]
     right = [False, False, True, True, True, True, True, False]
     if run.gpus:  # which GPU measured each benchmark
