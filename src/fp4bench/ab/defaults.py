@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class AbDefaults:
     #: worker processes per side. 6 with the budgets below: what a +3 % change on one side needs
     #: to FAIL in >= 95 % of benchmarks of every row kind in the runner's own loop
-    #: (tests/ab/test_ab_power.py; 3 a side gave 46-84 %, 4 gave 89-98 %)
+    #: (tests/ab/test_ab_power.py)
     replicates: int = 6
     rounds: int = 6  # rounds every benchmark gets
     round_samples: int = 10  # replays per process and round (at most: see round_s)
