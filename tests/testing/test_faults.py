@@ -71,7 +71,7 @@ def test_out_of_memory_is_its_own_kind_and_the_runner_gives_its_memory_back(runn
     assert not runner._ops and not runner._refs
 
 
-def test_a_worker_answers_out_of_memory_with_its_memory_report():
+def test_a_worker_answers_out_of_memory_with_its_memory_report(isolated_registry):
     """The worker protocol: status ``out of memory`` (off CUDA its memory report is None), never
     ``failed``; the worker stays usable."""
     from fp4bench.run.settings import RunnerSettings
