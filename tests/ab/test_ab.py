@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fp4bench.ab.estimate import ab_estimate, offsets
-from fp4bench.ab.judge import judge, outcome, report, to_json
+from fp4bench.ab.judge import judge, outcome
+from fp4bench.ab.report import report, to_json
 from fp4bench.ab.config import AbConfig, Side
 from fp4bench.ab.records import AbRun, Paired, ProcInfo, SideResult
 from fp4bench.ab.run import AbRunner
@@ -438,8 +439,8 @@ def _round(sm: float, watts: float, temp: float, throttled: bool) -> dict:
 
 def test_telemetry_is_summarized_per_side_in_the_report_and_json():
     from fakes.benchjson import H200
-    from fp4bench.ab.judge import report
-    from fp4bench.ab.judge import telemetry_summary as report_telemetry
+    from fp4bench.ab.report import report
+    from fp4bench.ab.report import telemetry_summary as report_telemetry
     from fp4bench.ab.records import AbRun, Paired, SideResult
 
     rng = np.random.default_rng(0)

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from fp4bench.ab.config import AbConfig, Side
-from fp4bench.ab.judge import judge, outcome, report
+from fp4bench.ab.judge import judge, outcome
+from fp4bench.ab.report import report
 from fp4bench.ab.run import AbRunner
 from fp4bench.cli.command import EXIT_INCOMPLETE
 from fp4bench.gate.policy import Policy

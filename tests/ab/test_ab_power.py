@@ -148,3 +148,34 @@ def test_a_huge_change_is_no_fail_without_its_lower_bound():
     assert decide(est, s, budget_left=True) is Decision.MORE
     assert decide(dataclasses.replace(est, lo=s.threshold), s, budget_left=False) is Decision.FAIL
     assert decide(dataclasses.replace(est, delta=0.0, lo=-0.01, hi=0.0), s, budget_left=False) is Decision.PASS
+
+
+def test_the_a_and_b_columns_are_the_estimate_delta_is_computed_from():
+    """A process with many more samples (a replacement, a process that joined) weighs the pooled
+    medians, and rounds that drifted make them disagree with the round-centred Δ: the columns
+    show side A's geometric-mean round time and A x exp(Δ), never the pooled medians."""
+    from fakes.benchjson import H200
+    from fp4bench.ab.estimate import ab_estimate
+    from fp4bench.ab.judge import judge
+    from fp4bench.ab.records import AbRun, Paired, ProcPart, SideResult
+    from fp4bench.gate.policy import Policy
+
+    # B 2 % slower in every round; the GPU 10 % faster in rounds 2-3, where B1 took 10x its samples
+    drift = [1.0, 1.0, 0.9, 0.9]
+    parts, samples = [], {"A": [], "B": []}
+    for i, side in enumerate(["A", "A", "A", "B", "B", "B"]):
+        rounds = {r: 1e-4 * (1.02 if side == "B" else 1.0) * drift[r] * (1 + 0.001 * i) for r in range(4)}
+        proc = f"{side}{i % 3 + 1}"
+        parts.append(ProcPart(proc, side, i % 3, i, status="measured", rounds=rounds))
+        samples[side] += list(rounds.values()) + (10 * [rounds[2], rounds[3]] if proc == "B1" else [])
+    est = ab_estimate({p.proc: p.rounds for p in parts}, {p.proc: p.side for p in parts}, RuleSettings(floor=0.03),
+                      budget_left=False)
+    pair = Paired("dense::t0", SideResult("measured", samples=samples["A"], digest="d"),
+                  SideResult("measured", samples=samples["B"], digest="d"), parts=parts, estimate=est)
+    run = AbRun({"A": H200.to_dict(), "B": H200.to_dict()}, {"A": {}, "B": {}}, [pair], {"A": 0, "B": 0},
+                settings=RuleSettings(floor=0.03))
+    (v,) = judge(run, Policy(floor=0.03)).verdicts
+    assert np.median(samples["B"]) < np.median(samples["A"]) and est.est.delta > 0  # the pooled medians disagree
+    assert v.new_median / v.base_median == pytest.approx(math.exp(est.est.delta), rel=1e-12)
+    a_logs = [np.mean(np.log(list(p.rounds.values()))) for p in parts if p.side == "A"]
+    assert v.base_median == pytest.approx(math.exp(np.mean(a_logs)), rel=1e-12)

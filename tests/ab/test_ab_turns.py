@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fp4bench.ab.estimate import ab_estimate, ab_estimate_paired
-from fp4bench.ab.judge import FAILED_ON_BOTH, judge, outcome, report
+from fp4bench.ab.judge import FAILED_ON_BOTH, judge, outcome
+from fp4bench.ab.report import report
 from fp4bench.ab.config import AbConfig, Side
 from fp4bench.ab.records import AbRun, Paired, SideResult
 from fp4bench.ab.run import AbRunner
