@@ -10,16 +10,22 @@ import pytest
 _Snapshot = _pytest.pytester.SysModulesSnapshot
 
 
+_KEEP = {"torch", "numpy", "scipy"}
+
+
 class _KeepTorchModules(_Snapshot):
     """pytester's in-process runs forget every module first imported during the run. torch
     registers C++ operator libraries when some of its submodules are first imported
     (``torch.distributed._functional_collectives`` defines the ``c10d_functional`` library); a
     second import of such a module raises "Only a single TORCH_LIBRARY can be used to register
-    the namespace", breaking every later test that reaches it. torch's modules are kept."""
+    the namespace", breaking every later test that reaches it. numpy's C extensions cannot be
+    loaded twice in one process either ("cannot load module more than once per process", met when
+    an inner run is the first to import scipy.stats, which imports numpy.fft). torch's, numpy's
+    and scipy's modules are kept."""
 
     def __init__(self, preserve=None) -> None:
         def keep(name: str) -> bool:
-            return name == "torch" or name.startswith("torch.") or bool(preserve and preserve(name))
+            return name.split(".")[0] in _KEEP or bool(preserve and preserve(name))
 
         super().__init__(preserve=keep)
 

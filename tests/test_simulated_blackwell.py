@@ -23,6 +23,8 @@ from fakes.wrapped import unwrapped
 from fakes.flashinfer import SM120_CONFIGS
 from fakes.paths import ROOT
 
+#: every test here runs ``pytest bench`` (or ``fp4bench ab`` and its workers) in child processes
+pytestmark = pytest.mark.e2e
 SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
              "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4")

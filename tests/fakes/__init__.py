@@ -9,4 +9,10 @@ in the layout the library expects, written here independently of ``fp4bench.form
 Every fake counts its calls (``calls``) so gating tests can prove that no library function ran,
 and takes ``misread`` options that reproduce plausible decoding bugs, so the contract tests are
 shown to be able to fail.
+
+Beside them: ``inproc_worker`` (in-process fake worker processes on a simulated clock, for
+``fp4bench ab``, ``fp4bench units`` and ``--fp4-isolate``: the ``sim_workers`` fixture of
+tests/conftest.py), ``ab_env`` and ``pytest_run`` (backends with a fixed call time on the clock
+in use), ``fake_worker`` (a torch-free subprocess stub of the worker, for the real pipe transport)
+and ``sim/`` (a simulated Blackwell machine for child ``pytest bench`` runs).
 """

@@ -32,11 +32,11 @@ Semantics implemented (flashinfer 0.7.2.post1, ``gemm/gemm_base.py`` and
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-import time
 from dataclasses import dataclass, field
 
 import torch
 
+from fp4bench import clock
 from fakes import flashinfer_releases as releases
 from fakes.decode import EXACT, FakeContractError, Misread, pad, raw_bytes, read_scales, dequant, require, same_device, write
 from fp4bench.backends.builtin.flashinfer_dense import FlashInferAPI
@@ -83,7 +83,7 @@ class FakeCutlassFp4Runner:
 
     def __call__(self, inputs: list, tactic: int = -1, do_preparation: bool = False, **kwargs: object) -> torch.Tensor:
         """``CutlassFp4GemmRunner.forward`` (its ``**kwargs`` is the real one's, unused there too)."""
-        t0 = time.perf_counter()
+        t0 = clock.now()
         self.owner.calls += 1
         require(len(inputs) == 10, f"runner inputs must have 10 entries, got {len(inputs)}")
         a, b, a_sf, b_sf, alpha, out_dtype, out, block_size, use_nvfp4, ws = inputs
@@ -144,13 +144,14 @@ class FakeCutlassFp4Runner:
 
     @staticmethod
     def _wait_until(deadline: float) -> None:
-        """Sleep out the simulated device time: a kernel runs on the GPU, not on this CPU. A
-        busy-wait would be a CPU-bound task that the scheduler preempts on a loaded machine (by
-        a whole tick, ~4 ms, in ~40 % of 20 ms waits on the shared 2-core test machine); a sleeping
-        process is woken within ~0.1 ms in all but ~1 % of them."""
-        left = deadline - time.perf_counter()
+        """Let the simulated device time pass (``clock.advance``): a kernel runs on the GPU, not on
+        this CPU. On the real clock that is a sleep (a busy-wait would be a CPU-bound task that the
+        scheduler preempts on a loaded machine, by a whole tick, ~4 ms, in ~40 % of 20 ms waits on
+        the shared 2-core test machine; a sleeping process is woken within ~0.1 ms in all but ~1 %
+        of them); on a simulated clock the time moves by exactly that much."""
+        left = deadline - clock.now()
         if left > 0:
-            time.sleep(left)
+            clock.advance(left)
 
 
 @dataclass

@@ -30,7 +30,7 @@ variables (``--b-plugin fp4bench.testing.slowdown``, ``FP4BENCH_TIMER``, ``fakes
         run = AbRunner(a, b, cfg, progress=lambda line: None).run()
 
     # +3 % on side B, and a GPU memory report that lets only two processes reside at a time
-    mem = {"peak": 30 * GIB, "free": 40 * GIB, "total": 140 * GIB}
+    mem = {"peak": 30 << 30, "free": 40 << 30, "total": 140 << 30}  # bytes
     sides = {"A": inproc.Behaviour(memory=mem), "B": inproc.Behaviour(slowdown=0.03, memory=mem)}
     with inproc.workers(sides) as world:
         run = AbRunner(a, b, cfg).run()
@@ -43,14 +43,19 @@ callable ``behaviour(spec) -> Behaviour`` (units: key on ``spec.env["CUDA_VISIBL
 
 Faults: ``Behaviour.fault(process, request)`` is asked before every request (``init`` included)
 and returns None or one of ``"crash"`` (the process dies, as by SIGABRT: the parent sees EOF),
-``"hang"`` (no answer: the simulated clock moves to the request's timeout, the parent kills
-it; so does any request whose simulated time would pass the timeout, ``fault-hang`` included), ``"fatal"`` (the reply reports a poisoned CUDA context and the process exits), ``"error"`` or
-``"error: why"`` (init only: the child cannot start and says ``RuntimeError: why``). Which GPU a
-process was pinned to is in ``process.spec.env`` (``CUDA_VISIBLE_DEVICES``). ``Behaviour.kernel_s(process, call_s)`` may
-replace a call's time (drift, a slow benchmark) and may call ``process.crash()`` /
-``process.hang()`` to die or hang in the middle of a timed call; ``os.abort()`` in a fake process
-(``fault-abort``) kills that process only. ``at_call(n, "crash", once=True)``
-is the common case: the first process to make its n-th kernel call dies.
+``"hang"`` (no answer: the simulated clock moves to the request's timeout, the parent kills it;
+so does any request whose simulated time would pass its timeout, ``fault-hang`` included),
+``"fatal"`` (the reply reports a poisoned CUDA context and the process exits), ``"error"`` or
+``"error: why"`` (init only: the child cannot start and says ``RuntimeError: why``).
+``Behaviour.kernel_s(process, call_s)`` may replace a call's time (drift, a slow benchmark) and
+may call ``process.crash()`` / ``process.hang()`` to die or hang in the middle of a timed call;
+``at_call(n, "crash", once=True)`` is the common case: the first process to make its n-th kernel
+call dies. ``os.abort()`` in a fake process (``fault-abort``) kills that process only. Which GPU
+a process was pinned to is in ``process.spec.env["CUDA_VISIBLE_DEVICES"]``.
+
+In a test, the ``sim_workers`` fixture (tests/conftest.py) wraps the whole test in ``workers()``
+with tests/fakes importable (``plugins=("ab_env",)``) and yields the ``World``; set
+``world.behaviour_of`` to change what the processes started next do.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.run.worker import protocol
 from fp4bench.run.worker.child import answer, open_child
-from fp4bench.run.worker.pool import Worker, WorkerSpec, spawning
+from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, spawning
 
 PLUGIN = __name__
 BACKEND = "sim-bf16"
@@ -248,6 +253,8 @@ class InprocWorker(Worker):
         self._sent_at = 0.0
 
     def launch(self) -> None:
+        if not os.access(self.spec.python, os.X_OK):  # what Popen would refuse to start
+            raise WorkerLost(f"{self.label}: cannot start {self.spec.python}: no executable interpreter there")
         self.proc = self.world.start(self.spec)
         self.starts += 1
         self._stderr = _Stderr()

@@ -2,7 +2,8 @@
 backends that make its timings predictable on a shared CPU.
 
 ``steady-spin`` (loaded with ``--fp4-plugin fakes.pytest_run``) is a bf16 backend whose call is a
-fixed 1 ms busy-wait, so verdicts do not depend on how busy the machine is; ``steady-spin-2`` is a
+fixed 1 ms ``clock.spin`` (a busy-wait on the real clock, exactly 1 ms of a simulated one), so
+verdicts do not depend on how busy the machine is; ``steady-spin-2`` is a
 second one that a slowdown of the first must leave alone. ``TINY`` and ``GATE`` are the option
 sets of a small run and of a gated one; the helpers save, copy and scale steady candidates.
 The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py.
@@ -11,11 +12,11 @@ The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import torch
 
+from fp4bench import clock
 from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 
@@ -37,12 +38,6 @@ GATE_IDS = ["test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-unifo
             "test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]"]
 
 
-def spin(seconds: float) -> None:
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        pass
-
-
 class SteadySpin(TorchBF16):
     """Correct bf16 output (computed once in prepare), then a fixed busy-wait per call.
 
@@ -51,7 +46,7 @@ class SteadySpin(TorchBF16):
 
     name = "steady-spin"
     kinds = frozenset({"dense"})
-    api = "test-only: precomputed torch.mm result + 1 ms busy-wait"
+    api = "test-only: precomputed torch.mm result + 1 ms clock.spin"
 
     def __init__(self) -> None:
         self.spin_s, self.slow_first, self.prepares = 1e-3, False, 0
@@ -69,7 +64,7 @@ class SteadySpin(TorchBF16):
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         prepared.out.copy_(prepared.args["result"])
-        spin(prepared.args["spin_s"])
+        clock.spin(prepared.args["spin_s"])
         return prepared.out
 
 

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from fp4bench import clock
 from fp4bench.measure.timing import TimingConfig, TimingResult, median_rel_ci, time_cpu
 
 pytest_plugins = ["pytester"]
 
 
-def _spin(seconds: float) -> None:
-    """Busy-wait: a call whose duration does not depend on the scheduler's sleep granularity."""
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        pass
+@pytest.fixture
+def sim():
+    """The simulated clock: a call "takes" what it spins (``clock.spin``), exactly, whatever the load."""
+    with clock.using(clock.SimClock()) as c:
+        yield c
 
 
 # --- TimingConfig --------------------------------------------------------------------------------
@@ -103,9 +103,9 @@ def test_median_ci_shrinks_with_n_and_is_inf_when_undefined():
 # --- time_cpu ------------------------------------------------------------------------------------
 
 
-def test_time_cpu_stops_by_ci_on_a_stable_function():
+def test_time_cpu_stops_by_ci_on_a_stable_function(sim):
     cfg = TimingConfig(mode="cpu", min_samples=10, max_samples=300, target_rel_ci=0.02, time_budget_s=20.0)
-    r = time_cpu([lambda: _spin(2e-4)], cfg)
+    r = time_cpu([lambda: clock.spin(2e-4)], cfg)
     assert r.stopped_by == "ci"
     assert 10 <= len(r.samples_s) < 300
     assert r.rel_ci <= 0.02 and r.rel_ci == pytest.approx(median_rel_ci(r.samples_s))
@@ -119,12 +119,12 @@ def _alternating(period_s: float):
     def fn() -> None:
         state["i"] += 1
         if state["i"] % 2:
-            _spin(period_s)
+            clock.spin(period_s)
 
     return fn
 
 
-def test_time_cpu_stops_by_budget_when_ci_is_not_reached():
+def test_time_cpu_stops_by_budget_when_ci_is_not_reached(sim):
     cfg = TimingConfig(mode="cpu", calls_per_sample=1, min_samples=5, max_samples=100_000,
                        target_rel_ci=1e-9, time_budget_s=0.05)
     r = time_cpu([_alternating(5e-4)], cfg)
@@ -133,7 +133,7 @@ def test_time_cpu_stops_by_budget_when_ci_is_not_reached():
     assert len(r.samples_s) < 100_000
 
 
-def test_time_cpu_stops_by_max_samples():
+def test_time_cpu_stops_by_max_samples(sim):
     cfg = TimingConfig(mode="cpu", calls_per_sample=1, min_samples=5, max_samples=12,
                        target_rel_ci=None, time_budget_s=60.0)
     r = time_cpu([_alternating(1e-4)], cfg)
@@ -141,17 +141,15 @@ def test_time_cpu_stops_by_max_samples():
     assert len(r.samples_s) == 12
 
 
-def test_time_cpu_samples_are_seconds_per_call():
+def test_time_cpu_samples_are_seconds_per_call(sim):
     cfg = TimingConfig(mode="cpu", min_samples=5, max_samples=5, target_rel_ci=None)
-    auto = time_cpu([lambda: time.sleep(2e-3)], cfg)
+    auto = time_cpu([lambda: clock.spin(2e-3)], cfg)
     # a 2 ms call is longer than target_sample_s = 1 ms: one call per sample
     assert auto.calls_per_sample == 1
-    five = time_cpu([lambda: time.sleep(2e-3)], TimingConfig(mode="cpu", calls_per_sample=5, min_samples=5,
+    five = time_cpu([lambda: clock.spin(2e-3)], TimingConfig(mode="cpu", calls_per_sample=5, min_samples=5,
                                                              max_samples=5, target_rel_ci=None))
-    for r in (auto, five):
-        # time.sleep never returns early; the 3 ms of slack absorbs wake-up latency on a busy machine
-        assert min(r.samples_s) >= 2e-3
-        assert r.median_s < 5e-3  # per call: five calls per sample left undivided would be >= 1e-2
+    for r in (auto, five):  # per call: five calls per sample left undivided would be 1e-2
+        assert r.samples_s == pytest.approx([2e-3] * 5, rel=1e-9)
     # fast calls are batched up to ~target_sample_s per sample
     fast = time_cpu([lambda: None], TimingConfig(mode="cpu", min_samples=3, max_samples=3, target_rel_ci=None,
                                                  max_calls_per_sample=64))
@@ -175,7 +173,7 @@ def test_time_cpu_call_accounting_and_rotation():
     assert r.rotating_copies == 3 and r.calls_per_sample == 6 and len(r.samples_s) == 4
 
 
-def test_time_cpu_slow_calls_continue_the_rotation_across_samples():
+def test_time_cpu_slow_calls_continue_the_rotation_across_samples(sim):
     """A slow call (2 ms > target_sample_s) with 3 copies: one call per sample, and sample k
     works on the copy after sample k-1's, never again on the one it just used."""
     order = []
@@ -183,7 +181,7 @@ def test_time_cpu_slow_calls_continue_the_rotation_across_samples():
     def make(i):
         def fn():
             order.append(i)
-            time.sleep(2e-3)
+            clock.spin(2e-3)
         return fn
 
     r = time_cpu([make(i) for i in range(3)], TimingConfig(mode="cpu", warmup_calls=0, min_samples=5,

@@ -69,6 +69,7 @@ def test_plain_pytest_benchmark_session_is_left_alone(pytester):
     assert "is ignored by fp4bench" not in out and "fp4bench results" not in out
 
 
+@pytest.mark.e2e
 def test_xdist_over_plain_tests_still_runs(pytester):
     pytester.makepyfile(test_plain="def test_a():\n    assert 1\n\ndef test_b():\n    assert 1\n")
     res = pytester.runpytest_subprocess("-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2",

@@ -106,6 +106,7 @@ PROFILER_LOG = re.compile(r"USDT:|STAGE:|profiler_st(art|op)|Kineto|ActivityProf
 FAULTS = ("fault-zero-band", "fault-bitflip")
 
 
+@pytest.mark.e2e
 def test_a_cpu_run_with_skips_and_failures_prints_no_line_over_160_and_no_profiler_log():
     """``pytest bench`` as the README runs it, on CPU, in a CI log (``CI`` set: pytest prints each
     failure's whole message in the short summary) and with ``-s`` (nothing captured): every

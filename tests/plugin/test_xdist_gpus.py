@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes.paths import ROOT
+from fakes.paths import BENCH_FILE as BENCH, ROOT
+
+pytest_plugins = ["pytester"]
+BENCH_FILE = BENCH.read_text()
 
 A, B = "GPU-aaaaaaaa-0000", "GPU-bbbbbbbb-1111"
 QUICK = ["--fp4-backends", "torch-reference,torch-bf16", "--fp4-batches", "1", "--fp4-tp", "8",
@@ -42,6 +45,7 @@ def measured(res: subprocess.CompletedProcess) -> list[str]:
     return re.findall(r"^PASSED \S+::(test_dense\[.*?\])$", res.stdout, re.M)
 
 
+@pytest.mark.e2e
 def test_bench_on_two_gpus_gives_one_merged_verdict(tmp_path):
     # a candidate of the two-GPU run: every benchmark with the UUID of the GPU that measured it
     res = bench(tmp_path, "-n", "2", "--fp4-save-baseline=cand.json")
@@ -92,6 +96,7 @@ def test_bench_on_two_gpus_gives_one_merged_verdict(tmp_path):
     assert len((tmp_path / "r.csv").read_text().splitlines()) == 5
 
 
+@pytest.mark.e2e
 def test_a_killed_worker_makes_the_run_incomplete_and_is_named(tmp_path):
     victim = "test_dense[torch-bf16-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]"
     res = bench(tmp_path, "-n", "2", "--fp4-save-baseline=cand.json", kill=victim)
@@ -114,14 +119,24 @@ def test_a_killed_worker_makes_the_run_incomplete_and_is_named(tmp_path):
     (["-n", "2", "--dist", "loadscope"], f"{A},{B}", "fp4bench: --dist loadscope: a benchmark run places whole"),
     (["-n", "2", "--benchmark-autosave"], f"{A},{B}", "fp4bench: --benchmark-autosave does nothing with -n"),
 ])
-def test_a_run_that_cannot_have_one_worker_per_gpu_is_a_one_line_usage_error(tmp_path, args, gpus, message):
-    res = bench(tmp_path, *args, gpus=gpus)
-    assert res.returncode == pytest.ExitCode.USAGE_ERROR, res.stdout[-2000:] + res.stderr[-2000:]
-    errors = [line for line in res.stderr.splitlines() if line.startswith("ERROR:")]
-    assert len(errors) == 1 and errors[0].startswith(f"ERROR: {message}"), res.stderr
-    assert "created:" not in res.stdout  # refused before any worker started
+def test_a_run_that_cannot_have_one_worker_per_gpu_is_a_one_line_usage_error(pytester, monkeypatch, args, gpus,
+                                                                            message):
+    """Refused by the controller before any worker starts: an in-process run (no process spawned)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("FP4BENCH_FAKE_GPUS", raising=False)
+    if gpus is not None:
+        monkeypatch.setenv("FP4BENCH_FAKE_GPUS", gpus)
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    res = pytester.runpytest("-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-rA",
+                             "--fp4-baselines", str(pytester.path / "baselines"), *QUICK, *args)
+    stderr = res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()[-2000:] + stderr[-2000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: {message}"), stderr
+    assert "created:" not in res.stdout.str()  # refused before any worker started
 
 
+@pytest.mark.e2e
 def test_a_usage_error_a_worker_meets_is_the_runs_one_line_usage_error(tmp_path):
     """Each worker checks the baseline against its own GPU and way of measuring: a mismatch is the
     controller's one-line usage error, not a worker that crashes and is restarted."""
@@ -144,6 +159,7 @@ def test_a_usage_error_a_worker_meets_is_the_runs_one_line_usage_error(tmp_path)
     assert "replacing crashed worker" not in res.stdout
 
 
+@pytest.mark.e2e
 def test_a_worker_that_measures_on_another_gpu_than_assigned_stops_the_run(tmp_path):
     res = bench(tmp_path, "-n", "2", seen=B)  # both workers see B: CUDA started before the pin
     assert res.returncode == pytest.ExitCode.USAGE_ERROR, res.stdout[-2000:] + res.stderr[-2000:]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fakes.benchjson import bench_entry
+from fp4bench import clock
 from fakes.wrapped import unwrapped
 from fp4bench.cli import compare as cli_compare
 from fp4bench.backends.base import DEFAULT_TACTIC
@@ -30,6 +31,7 @@ from fp4bench.run.worker import protocol
 from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter, spawn
 from fakes import inproc_worker as inproc
 from fakes.paths import BENCH_FILE as BENCH, FAKES
+from fakes.pytest_run import QUIET
 
 pytest_plugins = ["pytester"]
 FAKE_CHILD = FAKES / "fake_worker.py"
@@ -95,6 +97,7 @@ def _req(backend: str) -> dict:
     return {"op": "run", "case": protocol.encode_case(backend, GemmProblem(1, 8, 16), "default")}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("fault", "expect"), [
     ("abort", "process died during run: killed by SIGABRT (abort)"),
     ("hang", "hang: worker gave no answer to run within 1 s; killed"),
@@ -110,6 +113,7 @@ def test_a_dead_or_hung_worker_costs_one_request_and_the_next_gets_a_fresh_proce
     w.close()
 
 
+@pytest.mark.e2e
 def test_a_poisoned_context_reply_is_returned_and_the_worker_replaced(fake_python):
     w = _fake_worker(fake_python)
     first = w.request(_req("good"))["pid"]
@@ -119,6 +123,7 @@ def test_a_poisoned_context_reply_is_returned_and_the_worker_replaced(fake_pytho
     w.close()
 
 
+@pytest.mark.e2e
 def test_a_late_eof_of_the_replaced_worker_does_not_reach_its_replacement(fake_python):
     """The poisoned worker's stdout reaches EOF only after its replacement started (a child of it
     held the pipe): that EOF belongs to the old process, not to the new one's requests."""
@@ -131,6 +136,7 @@ def test_a_late_eof_of_the_replaced_worker_does_not_reach_its_replacement(fake_p
     w.close()
 
 
+@pytest.mark.e2e
 def test_isolated_runner_turns_a_lost_worker_into_a_named_failed_case(fake_python):
     runner = IsolatedRunner(_fake_worker(fake_python).spec)
     res = runner.run(faults.Abort(), GemmProblem(1, 8, 16), DEFAULT_TACTIC)
@@ -188,8 +194,10 @@ def test_in_process_a_poisoned_context_reply_is_returned_and_the_worker_replaced
             assert w.proc is None and world.processes[-1].exit_status == 3
 
 
-def test_in_process_a_child_that_cannot_start_is_named():
+def test_in_process_a_child_that_cannot_start_is_named(tmp_path):
     with inproc.workers():
+        with pytest.raises(WorkerLost, match=r"^worker: cannot start .*/no-python: "):
+            spawn(WorkerSpec(python=str(tmp_path / "no-python"))).start()
         w = spawn(WorkerSpec(python=sys.executable, init={"device": "cpu", "plugins": ["no_such_plugin_module"]}),
                   "side B's worker")
         with pytest.raises(WorkerLost, match=r"side B's worker \(.*\) could not start: ValueError: --fp4-plugin: "
@@ -214,78 +222,80 @@ def test_in_process_kernels_take_the_simulated_time_their_behaviour_says():
 
 # --- the real worker through pytest (abort, hang, simulated sticky in one sweep) --------------
 
-def test_isolated_run_loses_only_the_faulty_cases(pytester):
-    """torch-bf16 on the first problem runs before the faults, the faults hit the second problem,
-    torch-bf16 on the second runs after them: both bf16 results must be there."""
+@pytest.mark.e2e
+def test_isolated_run_loses_only_the_faulty_case(pytester):
+    """Real worker processes: torch-bf16 on the first problem runs before the fault, an abort
+    (SIGABRT) hits the second problem, torch-bf16 on the second runs in a fresh worker after it:
+    both bf16 results are there and the line log names the abort (hang and poisoned context: the
+    in-process test below)."""
     pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
     res = pytester.runpytest_subprocess(
         "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-rA", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense",
         "--fp4-time-budget", "0.02", "--fp4-min-samples", "3", "--fp4-plugin", "fp4bench.testing.faults",
-        "--fp4-backends", "torch-bf16,fault-abort,fault-hang,fault-sticky", "--fp4-isolate",
-        "--fp4-case-timeout", "6", "--fp4-log", "run.lines.jsonl",
+        "--fp4-backends", "torch-bf16,fault-abort", "--fp4-isolate", "--fp4-log", "run.lines.jsonl",
         "-k", "torch-bf16 or shared_down", timeout=300)
+    res.assert_outcomes(passed=2, failed=1)
+    out = unwrapped(res.stdout.str())
+    assert "fault-abort [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: worker process died " \
+           "during case glm-5-b1-tp8-uniform-shared_down-m1n6144k256: killed by SIGABRT (abort)" in out
+    logged = read_line_log(pytester.path / "run.lines.jsonl")
+    assert logged.complete and not logged.not_reached and len(logged.outcomes) == 3
+    bf16 = [n for n in logged.run.benchmarks if "torch-bf16" in n]
+    assert len(bf16) == 2 and all(len(logged.run.benchmarks[n].samples) >= 3 for n in bf16)
+    # the failure's logged reason is its own first message line, not the traceback's last line
+    (reason,) = [json.loads(line)["reason"] for line in (pytester.path / "run.lines.jsonl").read_text().splitlines()
+                 if json.loads(line).get("outcome") == "failed"]
+    assert "killed by SIGABRT (abort)" in reason
+
+
+ISOLATED = ["-p", "fp4bench.plugin", *QUIET, "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense",
+            "--fp4-plugin", "fakes.pytest_run", "--fp4-backends", "steady-spin", "--fp4-time-budget", "0.05",
+            "--fp4-min-samples", "5", "--fp4-isolate"]
+
+
+def test_isolated_run_in_process_loses_only_the_faulty_cases(pytester, sim_workers, isolated_registry):
+    """The same sweep as the end-to-end test above, in-process: the plugin's isolated runner, the
+    real parent and child of the worker protocol; the hang costs 6 simulated seconds."""
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    res = pytester.runpytest(
+        "-p", "fp4bench.plugin", *QUIET, "-rA", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense",
+        "--fp4-time-budget", "0.02", "--fp4-min-samples", "3", "--fp4-plugin", "fp4bench.testing.faults",
+        "--fp4-plugin", "fakes.pytest_run",
+        "--fp4-backends", "steady-spin,fault-abort,fault-hang,fault-sticky", "--fp4-isolate",
+        "--fp4-case-timeout", "6", "-k", "steady-spin or shared_down")
     res.assert_outcomes(passed=2, failed=3)
     out = unwrapped(res.stdout.str())
     assert "fault-abort [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: worker process died " \
            "during case glm-5-b1-tp8-uniform-shared_down-m1n6144k256: killed by SIGABRT (abort)" in out
     assert "hang: worker gave no answer to case glm-5-b1-tp8-uniform-shared_down-m1n6144k256 within 6 s" in out
     assert f"CUDA context poisoned: raised RuntimeError: {faults.SIMULATED_STICKY}" in out
-    logged = read_line_log(pytester.path / "run.lines.jsonl")
-    assert logged.complete and not logged.not_reached and len(logged.outcomes) == 5
-    bf16 = [n for n in logged.run.benchmarks if "torch-bf16" in n]
-    assert len(bf16) == 2 and all(len(logged.run.benchmarks[n].samples) >= 3 for n in bf16)
-    # each failure's logged reason is its own first message line, not the traceback's last line
-    reasons = {json.loads(line)["fullname"].split("[")[1].split("-default")[0]: json.loads(line)["reason"]
-               for line in (pytester.path / "run.lines.jsonl").read_text().splitlines()
-               if json.loads(line).get("outcome") == "failed"}
-    assert "killed by SIGABRT (abort)" in reasons["fault-abort"]
-    assert "within 6 s" in reasons["fault-hang"]
-    assert "CUDA context poisoned" in reasons["fault-sticky"] and faults.SIMULATED_STICKY in reasons["fault-sticky"]
+    lost = sorted(p.exit_status for p in sim_workers.processes if p.exit_status not in (None, 0))
+    assert lost == [-9, -6, 3]  # killed after the hang, aborted, exited after the poisoned context
 
 
-@pytest.fixture(scope="module")
-def isolated_base(tmp_path_factory):
-    """A candidate saved by an isolated run (torch-bf16, both GLM-5 shared-expert GEMMs)."""
-    d = tmp_path_factory.mktemp("isolated")
-    (d / "test_fp4_gemm.py").write_text(BENCH_FILE)
-    res = _isolated_pytest(d, "--fp4-save-baseline", "base.json")
-    assert res.returncode == 0, res.stdout
-    return d
-
-
-def _isolated_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pytest", "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-q", "test_fp4_gemm.py",
-           "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
-           "--fp4-time-budget", "0.05", "--fp4-min-samples", "5", "--fp4-floor", "900", "--fp4-isolate", *args]
-    # without an xdist worker's variables: the child's pytest-benchmark would disable itself
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
-                          env=env)
-
-
-def test_isolation_saves_a_candidate_baseline(isolated_base):
+def test_isolation_saves_a_candidate_and_gates_against_it(pytester, sim_workers, isolated_registry):
+    """An isolated run saves a candidate with what the worker measured with; an isolated run gates
+    against it (both ways of naming the baseline) on the worker's samples: 1 ms a call on the
+    simulated clock, so the unchanged run passes."""
     from fp4bench.gate.baseline import load_baseline
 
-    base = load_baseline(isolated_base / "base.json")
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    res = pytester.runpytest(*ISOLATED, "--fp4-save-baseline", "base.json")
+    assert res.ret == 0, res.stdout.str()
+    base = load_baseline(pytester.path / "base.json")
     assert len(base.benchmarks) == 2 and base.clean is True
     assert base.sweep["l2"] == "hot" and base.sweep["timer"] == "cpu"  # what the worker measured with
-
-
-@pytest.mark.parametrize("gate", [["--fp4-baseline-file", "base.json"], ["--benchmark-compare=base.json"]])
-def test_isolation_gates_against_a_baseline(isolated_base, gate):
-    """The gate runs on the worker's samples and judges both cases. Whether they pass is not the
-    point here: CPU wall-clock times on this shared machine move by far more than any floor (the
-    gate's decisions are tested in test_verdict.py), so a verdict of either kind is accepted."""
-    res = _isolated_pytest(isolated_base, *gate)
-    out = res.stdout
-    assert res.returncode in (0, 1), out
-    assert "INTERNALERROR" not in out and "Traceback" not in out
-    assert "fp4bench verdict vs base.json" in out and "over 2 timed benchmarks" in out
-    assert re.search(r"^summary: .*\(exit [01]\)$", out, re.M), out
+    for gate in (["--fp4-baseline-file", "base.json"], ["--benchmark-compare=base.json"]):
+        res = pytester.runpytest(*ISOLATED, *gate)
+        out = res.stdout.str()
+        assert "INTERNALERROR" not in out and "Traceback" not in out
+        assert "fp4bench verdict vs base.json" in out and "over 2 timed benchmarks" in out, out
+        assert res.ret == 0 and re.search(r"^summary: .*\(exit 0\)$", out, re.M), out
 
 
 # --- SIGKILL part-way: the line log keeps every finished case ---------------------------------
 
+@pytest.mark.e2e
 def test_sigkill_halfway_leaves_a_readable_partial_log_that_compare_marks_partial(tmp_path, capsys):
     log = tmp_path / "run.lines.jsonl"
     (tmp_path / "test_fp4_gemm.py").write_text(BENCH_FILE)
@@ -344,16 +354,14 @@ def test_a_line_cut_by_the_kill_is_dropped_with_a_note_and_other_garbage_is_an_e
         read_line_log(path)
 
 
-def test_a_save_that_writes_no_file_is_not_a_pass(tmp_path):
+def test_a_save_that_writes_no_file_is_not_a_pass(pytester, monkeypatch, isolated_registry):
     """pytest-benchmark disables itself inside what looks like a pytest-xdist worker: the cases run,
     no results file comes of ``--fp4-save-baseline``, and the run says so and exits 3 (incomplete)."""
-    (tmp_path / "test_fp4_gemm.py").write_text(BENCH_FILE)
-    cmd = [sys.executable, "-m", "pytest", "-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-q", "test_fp4_gemm.py",
-           "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-backends", "torch-bf16",
-           "--fp4-time-budget", "0.05", "--fp4-min-samples", "5", "--fp4-save-baseline", "base.json"]
-    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "1"}
-    res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
-                         env=env)
-    assert not (tmp_path / "base.json").exists()
-    assert res.returncode == 3, res.stdout
-    assert "cases were collected but pytest-benchmark wrote no results file" in res.stdout
+    pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    with clock.using(clock.SimClock()):
+        res = pytester.runpytest(*ISOLATED[:-1], "--fp4-save-baseline", "base.json")
+    assert not (pytester.path / "base.json").exists()
+    assert res.ret == 3, res.stdout.str()
+    assert "cases were collected but pytest-benchmark wrote no results file" in res.stdout.str()

@@ -200,6 +200,27 @@ def test_a_gpu_whose_worker_cannot_start_leaves_the_check_incomplete(host, capsy
     assert "CRASH on GPU 1 (GPU-fake-1): start:" in text and "→ incomplete (exit 3)" in text
 
 
+@pytest.mark.e2e
+def test_real_worker_processes_pinned_to_their_gpus(monkeypatch, tmp_path, capsys):
+    """The command with real worker processes: one per fake GPU, each started with its own pin
+    (ab_env logs the ``CUDA_VISIBLE_DEVICES`` each process really started with). Only what does not
+    depend on this machine's load is checked: the pins and that every unit was measured."""
+    monkeypatch.setenv("FP4BENCH_FAKE_GPUS", "2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PYTHONPATH", FAKES)
+    monkeypatch.setenv("FAKE_SPIN_S", "0.002")
+    monkeypatch.setenv("FAKE_PIN_LOG", str(tmp_path / "pins.log"))
+    monkeypatch.syspath_prepend(FAKES)  # the --plugin module is importable here: its names are checked up front
+    out = tmp_path / "units.json"
+    code = units_main(_cli("--windows", "2", "--max-windows", "2", "--window-samples", "3", "--verdict-json", str(out)))
+    text = capsys.readouterr().out
+    assert code in (EXIT_OK, EXIT_REGRESSION), text
+    js = json.loads(out.read_text())
+    pins = [line.split() for line in (tmp_path / "pins.log").read_text().splitlines()]
+    assert sorted(uuid for _, uuid in pins) == ["GPU-fake-0", "GPU-fake-1"] and len({pid for pid, _ in pins}) == 2
+    assert all(len(u["windows"]) == 2 for b in js["benchmarks"] for u in b["units"])
+
+
 def test_equal_units_pass(host, capsys):
     assert units_main(_cli()) == EXIT_OK
     text = capsys.readouterr().out
