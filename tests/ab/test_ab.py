@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fp4bench.ab.estimate import ab_estimate, offsets
-from fp4bench.ab.judge import WRONG_OUTPUT, judge, outcome, report, to_json
+from fp4bench.ab.judge import WRONG_OUTPUT, judge, outcome
+from fp4bench.ab.report import report, to_json
 from fp4bench.ab.config import AbConfig, Side
 from fp4bench.ab.records import AbRun, Paired, ProcInfo, SideResult
 from fp4bench.ab.run import AbRunner
@@ -219,7 +220,7 @@ def test_every_worker_is_told_the_timer_of_its_samples(timer):
 
 
 def test_replays_per_round_fit_the_round_time_between_3_and_the_cap():
-    from fp4bench.ab.run import replays_per_round
+    from fp4bench.ab.benchmark import replays_per_round
 
     cfg = _cfg(round_samples=10, round_s=0.25)
     assert replays_per_round({"samples_s": [1e-6, 1e-6, 1e-6], "calls_per_sample": 256}, cfg) == 10
@@ -438,8 +439,8 @@ def _round(sm: float, watts: float, temp: float, throttled: bool) -> dict:
 
 def test_telemetry_is_summarized_per_side_in_the_report_and_json():
     from fakes.benchjson import H200
-    from fp4bench.ab.judge import report
-    from fp4bench.ab.judge import telemetry_summary as report_telemetry
+    from fp4bench.ab.report import report
+    from fp4bench.ab.report import telemetry_summary as report_telemetry
     from fp4bench.ab.records import AbRun, Paired, SideResult
 
     rng = np.random.default_rng(0)

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from fp4bench.ab.estimate import ab_estimate, ab_estimate_paired
-from fp4bench.ab.judge import FAILED_ON_BOTH, judge, outcome, report
+from fp4bench.ab.judge import FAILED_ON_BOTH, judge, outcome
+from fp4bench.ab.report import report
 from fp4bench.ab.config import AbConfig, Side
 from fp4bench.ab.records import AbRun, Paired, SideResult
 from fp4bench.ab.run import AbRunner
-from fp4bench.ab.schedule import HEADROOM_MIN_BYTES, resident_capacity, round_order, turns
+from fp4bench.ab.schedule import HEADROOM_MIN_BYTES, fits, resident_capacity, round_order, turns
 from fp4bench.cli.ab import ab_main
 from fp4bench.cli.command import EXIT_INCOMPLETE, EXIT_USAGE
 from fp4bench.gate.policy import Policy
@@ -49,13 +50,36 @@ def test_resident_capacity_is_the_first_process_plus_what_fits_beside_it():
     assert resident_capacity(None) is None and resident_capacity(None, limit=3) == 3  # CPU: no report
 
 
-def test_turns_are_whole_slots_and_one_turn_when_everything_fits():
+def _procs(groups, slots):
+    """Turns as process ids."""
+    return [[slots[i]["AB".index(side)] for i, side in turn] for turn in groups]
+
+
+def test_turns_are_whole_slots_while_a_slot_fits_and_one_turn_when_everything_fits():
     slots = [("A1", "B1"), ("A2", "B2"), ("A3", "B3")]
-    assert turns(slots, None) == [[0, 1, 2]] and turns(slots, 6) == [[0, 1, 2]]
-    assert turns(slots, 5) == [[0, 1], [2]]  # 2 slots = 4 processes at a time
-    assert turns(slots, 2) == turns(slots, 3) == [[0], [1], [2]]  # A and B of a slot always together
-    assert turns(slots, 1) == [[0], [1], [2]]  # even a pair that does not fit is tried as a pair
-    assert turns([("A1", "B1"), (None, None), ("A3", None)], 2) == [[0], [2]]  # empty slots are skipped
+    everyone = [["A1", "B1", "A2", "B2", "A3", "B3"]]
+    assert _procs(turns(slots, None), slots) == everyone and _procs(turns(slots, 6), slots) == everyone
+    assert _procs(turns(slots, 5), slots) == [["A1", "B1", "A2", "B2"], ["A3", "B3"]]  # 2 slots = 4 processes
+    assert _procs(turns(slots, 2), slots) == _procs(turns(slots, 3), slots) == [["A1", "B1"], ["A2", "B2"], ["A3", "B3"]]
+    two = [("A1", "B1"), (None, None), ("A3", None)]
+    assert _procs(turns(two, 2), two) == [["A1", "B1"], ["A3"]]  # empty slots are skipped
+
+
+def test_when_one_process_fits_the_sides_take_turns_one_process_at_a_time():
+    """The 80 GB case: 48 GiB a process, one fits. A slot (one process of each side) never
+    shares the GPU; the sides alternate A B, B A, A B (the start pattern), B opening when B's
+    process captured first."""
+    slots = [("A1", "B1"), ("A2", "B2"), ("A3", "B3")]
+    assert _procs(turns(slots, 1), slots) == [["A1"], ["B1"], ["B2"], ["A2"], ["A3"], ["B3"]]
+    assert _procs(turns(slots, 1, first="B"), slots) == [["B1"], ["A1"], ["A2"], ["B2"], ["B3"], ["A3"]]
+    assert all(len(t) <= 1 for t in turns(slots, 1))
+
+
+def test_a_turn_starts_only_when_the_free_memory_holds_it():
+    report = {"peak": 48 * GIB, "free": 49 * GIB, "total": 80 * GIB}  # another process still holds 30 GiB
+    assert not fits(report, 48 * GIB, 1)
+    assert fits({**report, "free": 79 * GIB}, 48 * GIB, 1) and not fits({**report, "free": 79 * GIB}, 48 * GIB, 2)
+    assert fits(None, 48 * GIB, 2)  # CPU: no report
 
 
 # --- the estimator of turn-structured rounds ----------------------------------------------------
@@ -196,8 +220,8 @@ def test_an_added_process_pair_takes_its_own_turn_and_never_sits_beside_another(
     estimate = AbRunner._estimate
     calls = {"n": 0}
 
-    def disagree_once(self, parts, *, budget_left, paired=False):
-        est = estimate(self, parts, budget_left=budget_left, paired=paired)
+    def disagree_once(self, parts, *, budget_left, **kw):
+        est = estimate(self, parts, budget_left=budget_left, **kw)
         calls["n"] += 1
         if est is not None and calls["n"] == 1:
             return dataclasses.replace(est, decision=Decision.MORE, between_var=1.0, within_var_of_mean=0.0)

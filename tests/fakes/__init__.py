@@ -13,6 +13,9 @@ shown to be able to fail.
 Beside them: ``inproc_worker`` (in-process fake worker processes on a simulated clock, for
 ``fp4bench ab``, ``fp4bench units`` and ``--fp4-isolate``: the ``sim_workers`` fixture of
 tests/conftest.py), ``ab_env`` and ``pytest_run`` (backends with a fixed call time on the clock
-in use), ``fake_worker`` (a torch-free subprocess stub of the worker, for the real pipe transport)
-and ``sim/`` (a simulated Blackwell machine for child ``pytest bench`` runs).
+in use), ``fake_worker`` (a torch-free subprocess stub of the worker, for the real pipe transport),
+``gpu_memory`` (a simulated GPU's device memory for the in-process workers: out of memory as CUDA
+raises it), ``ab_noise`` and ``ab_loop`` (H200-like noise and costs for ``fp4bench ab`` on the
+in-process workers, and its runner's decisions without them, for its detection rates) and
+``sim/`` (a simulated Blackwell machine for child ``pytest bench`` runs).
 """

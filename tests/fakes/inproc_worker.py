@@ -103,8 +103,9 @@ class Behaviour:
     check_s: float = 0.0
     version: str = "1.0"
     tactics: tuple[str, ...] = ("default",)
-    #: the ``device_memory`` figures a ``memory`` request gets ({"peak", "free", "total"} bytes), or None
-    memory: dict[str, int] | None = None
+    #: the ``device_memory`` figures a ``memory`` request (and an out-of-memory reply) gets
+    #: ({"peak", "free", "total"} bytes), a callable ``memory(process)`` giving them, or None
+    memory: dict[str, int] | Callable[[FakeProcess], dict[str, int]] | None = None
     #: device memory a process still holds after a ``drop`` with ``release`` (None: not reported)
     held_bytes: int | None = None
     fault: Callable[[FakeProcess, dict[str, Any]], str | None] | None = None
@@ -303,8 +304,10 @@ class InprocWorker(Worker):
     def _fill(p: FakeProcess, req: dict[str, Any], reply: dict[str, Any]) -> None:
         """What a CUDA child reports and a CPU one cannot: memory figures, the check's time."""
         b = p.behaviour
-        if b.memory is not None and (req.get("op") == "memory" or req.get("memory")):
-            reply["memory"] = dict(b.memory)
+        memory = b.memory(p) if callable(b.memory) else b.memory
+        if memory is not None and (req.get("op") == "memory" or req.get("memory")
+                                   or reply.get("status") == "out of memory"):
+            reply["memory"] = dict(memory)
         if b.held_bytes is not None and req.get("op") == "drop" and req.get("release"):
             reply["held_bytes"] = b.held_bytes
         if req.get("op") == "check":

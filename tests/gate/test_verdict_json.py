@@ -13,8 +13,8 @@ import pytest
 
 from fakes.benchjson import H200, bench_entry, bench_json, samples
 from fp4bench.ab.judge import judge as ab_judge
-from fp4bench.ab.judge import to_json
-from fp4bench.ab.run import AbRun, Paired, SideResult
+from fp4bench.ab.report import to_json
+from fp4bench.ab.records import AbRun, Paired, SideResult
 from fp4bench.gate.baseline import parse_baseline
 from fp4bench.gate.compare import compare
 from fp4bench.gate.policy import Policy

@@ -254,6 +254,7 @@ def test_ab_hands_its_policy_flags_to_its_judge(monkeypatch):
     import sys
 
     import fp4bench.ab.judge as ab_judge
+    import fp4bench.ab.report as ab_report
     import fp4bench.ab.run as ab_run
     from fp4bench.cli.ab import ab_main
 
@@ -268,7 +269,7 @@ def test_ab_hands_its_policy_flags_to_its_judge(monkeypatch):
 
     monkeypatch.setattr(ab_run, "AbRunner", Runner)
     monkeypatch.setattr(ab_judge, "judge", lambda run, policy: got.append(policy) or "result")
-    monkeypatch.setattr(ab_judge, "report", lambda run, result: "")
+    monkeypatch.setattr(ab_report, "report", lambda run, result: "")
     monkeypatch.setattr(ab_judge, "outcome", lambda run, result: (0, ""))
     argv = ["--a", sys.executable, "--b", sys.executable]
     assert ab_main(argv) == 0

@@ -314,6 +314,15 @@ def test_fault_plugin_zero_band(bench):
     assert "Benchmark fixture was not used" not in out
 
 
+def test_a_case_out_of_memory_fails_its_test_as_out_of_memory_not_as_a_wrong_output(bench):
+    res = bench.runpytest(*TINY, "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", "fault-oom")
+    out = res.stdout.str()
+    assert res.ret == 1 and outcomes_of(res) == {"failed": 2}
+    assert out.count("OUT OF MEMORY: fault-oom [default] on glm-5-b1-tp8-uniform-shared_") == 2, out
+    assert "did not fit in device memory (not a wrong output and no timing verdict)" in out
+    assert "OutOfMemoryError in fault-oom" not in out
+
+
 def test_correctness_only_run_checks_every_case_without_fixture_warnings(bench):
     res = bench.runpytest(*TINY, "--benchmark-disable", "--fp4-plugin", "fp4bench.testing.faults",
                           "--fp4-backends", "fault-zero-band,torch-bf16", "--fp4-batches", "32")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fp4bench.backends.base import DEFAULT_TACTIC
-from fp4bench.run.case import FAILED, MEASURED, CaseRunner
+from fp4bench.run.case import FAILED, MEASURED, OUT_OF_MEMORY, CaseRunner
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.measure.replays import COPY_MISMATCH, READS_PADDING, REPLAY_MISMATCH
 from fp4bench.measure.verify import ALL_ZERO, MISMATCH, NAN_INF, UNWRITTEN
@@ -116,3 +116,28 @@ def test_the_clean_reference_passes_every_later_check(min_copies):
     res = CaseRunner(CPU, FAST, min_copies=min_copies).run(TorchReference(), LATER, DEFAULT_TACTIC)
     assert res.status == MEASURED and res.extra_info["replays_failed"] == 0
     assert res.timing.rotating_copies == (min_copies or 1)
+
+
+def test_out_of_memory_is_its_own_kind_and_the_runner_gives_its_memory_back(runner):
+    """Not a wrong output: no check ran. The runner's caches are released for the next case."""
+    runner.operands(GemmProblem(8, 64, 128), "bf16", "bf16")  # something cached before
+    res = runner.run(BACKENDS["fault-oom"], GemmProblem(40, 64, 128), DEFAULT_TACTIC)
+    assert res.status == OUT_OF_MEMORY and res.check is None and res.timing is None
+    assert res.reason == f"OutOfMemoryError: {faults.OutOfMemory.MESSAGE}"
+    assert not runner._ops and not runner._refs
+
+
+def test_a_worker_answers_out_of_memory_with_its_memory_report(isolated_registry):
+    """The worker protocol: status ``out of memory`` (off CUDA its memory report is None), never
+    ``failed``; the worker stays usable."""
+    from fp4bench.run.settings import RunnerSettings
+    from fp4bench.run.worker import protocol
+    from fp4bench.run.worker.child import answer, open_child
+
+    child, hello = open_child(RunnerSettings(device="cpu", plugins=("fp4bench.testing.faults",)).to_init(), 1)
+    assert hello["type"] == "ready"
+    case = protocol.encode_case("fault-oom", GemmProblem(16, 64, 128), "default")
+    reply = answer(child, {"op": "check", "case": case})
+    assert reply["status"] == OUT_OF_MEMORY and "memory" in reply and "CUDA out of memory" in reply["reason"]
+    ok = answer(child, {"op": "check", "case": protocol.encode_case("torch-bf16", GemmProblem(16, 64, 128), "default")})
+    assert ok["status"] == MEASURED

@@ -127,6 +127,20 @@ def test_wrong_output_on_one_unit_fails_it_and_a_lost_unit_is_not_judged():
     assert outcome(run, judge(run))[0] == EXIT_INCOMPLETE
 
 
+def test_a_unit_out_of_memory_is_a_resource_failure_never_a_wrong_output():
+    """The worker answers ``out of memory`` (run.case.OUT_OF_MEMORY): not judged, the check
+    incomplete, even where every other unit measured the case."""
+    from fp4bench.run.case import OUT_OF_MEMORY
+
+    short = UnitPart(OUT_OF_MEMORY, reason="raised OutOfMemoryError: CUDA out of memory. Tried to allocate 24.00 GiB")
+    run = _run({"b0": {"GPU-a": _part(0, 1), "GPU-b": short, "GPU-c": _part(0, 2)}})
+    result = judge(run)
+    (v,) = [v for v in result.verdicts if v.uuid == "GPU-b"]
+    assert (v.status, v.kind, v.judged) == ("AMBIGUOUS", OUT_OF_MEMORY, False)
+    assert v.reason == "not judged: raised OutOfMemoryError: CUDA out of memory. Tried to allocate 24.00 GiB"
+    assert outcome(run, result)[0] == EXIT_INCOMPLETE
+
+
 # --- the command, on fake GPUs ------------------------------------------------------------------
 
 

@@ -7,14 +7,21 @@ state at that moment, a drift over the run) cancels; that is the pairing. A proc
 ``m_p`` is the mean of its centred log times over its rounds. The processes are the
 independent replicates: ``gate.rule.estimate(A's m_p, B's m_p, log=True)`` gives the change
 ``exp(delta) - 1`` of B against A with the between-process spread as its error term, and
-``gate.rule.decide`` turns it into FAIL / PASS / MORE / AMBIGUOUS.
+``decide`` turns it into FAIL / PASS / MORE / AMBIGUOUS: the shared rule's bounds, without the
+stored gate's huge-change exception (a FAIL on ordering alone, every B process slower than every
+A process, is a 1-in-20 event with 3 processes a side on unchanged stacks): an ab FAIL always
+rests on the lower bound above the guard band, whose false-FAIL rate tests/ab/test_ab_power.py
+states.
 
 When the slots take turns (``ab.schedule.turns``: the GPU cannot hold every process's copy of
 a large benchmark at once), A and B of one slot share their rounds but the slots do not, and
 centring within a round of two processes makes A's and B's offsets mirror images: they are
 not independent replicates any more. ``ab_estimate_paired`` then uses one number per slot, the
 mean of ``log(B round) - log(A round)`` over the rounds both took part in, and the spread
-between slots as the error term (``gate.rule.estimate_paired``).
+between slots as the error term (``gate.rule.estimate_paired``). When not even one process of
+each side fits at once, a turn is one process (``ab.schedule.turns``) and A and B of a slot
+share no round: a slot's number is then the mean log round time of its B process minus that of
+its A process, timed in adjacent turns (``solo``).
 
 ``m_p`` is also what names a bias: on an unchanged stack each process's offset should be
 noise around 0, and a pattern that follows the start or allocation order instead of the side
@@ -88,15 +95,16 @@ def ab_estimate(rounds: Mapping[str, Mapping[int, float]], side_of: Mapping[str,
     dof = len(res) - len(cen)
     within = sum(x * x for x in res) / dof if dof > 0 else 0.0
     mean_rounds = sum(len(v) for v in cen.values()) / len(cen)
-    return AbEstimate(est, rule.decide(est, settings, budget_left=budget_left), m, between,
+    return AbEstimate(est, decide(est, settings, budget_left=budget_left), m, between,
                       within / mean_rounds)
 
 
 def ab_estimate_paired(rounds: Mapping[str, Mapping[int, float]], side_of: Mapping[str, str],
                        slot_of: Mapping[str, int], settings: rule.RuleSettings, *,
-                       budget_left: bool) -> AbEstimate | None:
+                       budget_left: bool, solo: bool = False) -> AbEstimate | None:
     """The verdict of one benchmark measured in turns (module docstring); None when fewer than
-    ``MIN_REPLICATES`` slots have an A and a B process with ``MIN_ROUNDS`` rounds in common."""
+    ``MIN_REPLICATES`` slots have an A and a B process with ``MIN_ROUNDS`` rounds in common
+    (``solo``: with ``MIN_ROUNDS`` rounds each)."""
     use = usable(rounds)
     m = offsets(use)
     per_slot: dict[int, dict[str, str]] = {}
@@ -108,6 +116,14 @@ def ab_estimate_paired(rounds: Mapping[str, Mapping[int, float]], side_of: Mappi
     for slot in sorted(per_slot):
         pa, pb = per_slot[slot].get("A"), per_slot[slot].get("B")
         if pa is None or pb is None:
+            continue
+        if solo:  # no shared round: each process's mean log time, its rounds' scatter around it
+            ya, yb = ([math.log(t) for t in use[p].values()] for p in (pa, pb))
+            ma, mb = sum(ya) / len(ya), sum(yb) / len(yb)
+            diffs.append(mb - ma)
+            resid += [y - ma for y in ya] + [y - mb for y in yb]
+            # the variance of a difference of two means of n rounds: s^2 (1/n_a + 1/n_b)
+            n_rounds.append(round(1.0 / (1.0 / len(ya) + 1.0 / len(yb))))
             continue
         common = sorted(set(use[pa]) & set(use[pb]))
         if len(common) < MIN_ROUNDS:
@@ -121,10 +137,22 @@ def ab_estimate_paired(rounds: Mapping[str, Mapping[int, float]], side_of: Mappi
         return None
     est = rule.estimate_paired(diffs, settings)
     between = _ss(diffs) / (len(diffs) - 1)
-    dof = len(resid) - len(diffs)
+    dof = len(resid) - len(diffs) * (2 if solo else 1)
     within = sum(x * x for x in resid) / dof if dof > 0 else 0.0
-    return AbEstimate(est, rule.decide(est, settings, budget_left=budget_left), m, between,
+    return AbEstimate(est, decide(est, settings, budget_left=budget_left), m, between,
                       within / (sum(n_rounds) / len(n_rounds)))
+
+
+def decide(est: rule.Estimate, settings: rule.RuleSettings, *, budget_left: bool) -> rule.Decision:
+    """FAIL when the lower bound is at or above the guard band (with ``min_new_for_fail``
+    processes of B), PASS when the upper bound is below it, else MORE while the budget lasts and
+    AMBIGUOUS after (module docstring: no huge-change exception)."""
+    theta = settings.threshold
+    if est.hi < theta:
+        return rule.Decision.PASS
+    if est.lo >= theta and est.n_new >= settings.min_new_for_fail:
+        return rule.Decision.FAIL
+    return rule.Decision.MORE if budget_left else rule.Decision.AMBIGUOUS
 
 
 def _ss(x: list[float]) -> float:

@@ -15,9 +15,12 @@ from fp4bench.gate.rule import RuleSettings
 class SideResult:
     """What one side produced for one benchmark (its processes together)."""
 
-    status: str = "pending"  # measured | failed | skipped | unsupported | lost
+    status: str = "pending"  # measured | failed | skipped | unsupported | lost | out of memory
     reason: str = ""
     samples: list[float] = field(default_factory=list)
+    #: the memory report (bytes: ``peak`` of one process, ``free`` and ``total`` of the GPU) of
+    #: this side's first capture, or of the process that ran out of memory; None off CUDA
+    memory: dict[str, int] | None = None
     extra_info: dict[str, Any] = field(default_factory=dict)
     digest: str | None = None
     check_s: float = 0.0  # prepare + verify wall time (JIT build/load included), all processes
@@ -34,7 +37,7 @@ class ProcPart:
     slot: int
     #: position in this benchmark's check/capture order (0 = allocated first)
     alloc_index: int
-    status: str = "pending"  # measured | failed | lost (died: its rounds are not used)
+    status: str = "pending"  # measured | failed | out of memory | lost (died: its rounds are not used)
     reason: str = ""
     digest: str | None = None
     #: round index -> median seconds of that round's samples

@@ -18,8 +18,14 @@ falls on both sides alike:
 **Turns** (device memory): every process holds a benchmark's operands, references, prepared
 layouts, cold-L2 copies and graph while it is timed. When the first process to capture a
 benchmark reports that the GPU cannot hold all of them at once (``resident_capacity``), the
-slots take turns (``turns``): a turn is a group of whole slots, A and B of a slot always in the
-same turn, timed in rounds of their own and then released before the next turn captures.
+processes take turns (``turns``), each turn timed in rounds of its own and then released before
+the next turn captures. While two processes fit, a turn is a group of whole slots, A and B of a
+slot always in the same turn (their rounds are shared: the pairing holds). When only one fits,
+a turn is one process and the sides alternate in the start pattern (A1, B1, B2, A2, A3, B3, ...:
+a slot's two turns are adjacent, and a drift that is linear over the turns falls on both sides
+alike); a slot's A and B then share no round (``ab.estimate.ab_estimate_paired``, ``solo``).
+Before a turn captures, the GPU's free memory is read again (``fits``): a process that still
+holds memory it released would make the turn run out of memory.
 """
 
 from __future__ import annotations
@@ -82,20 +88,51 @@ def resident_capacity(memory: dict | None, limit: int | None = None) -> int | No
     (``--max-resident``) caps it. None: no limit (no report, e.g. on CPU, and no ``limit``)."""
     cap = None
     if memory:
-        peak, free, total = (int(memory[k]) for k in ("peak", "free", "total"))
-        headroom = max(HEADROOM_MIN_BYTES, int(HEADROOM_FRACTION * total))
-        cap = 1 + max(0, free - headroom) // max(1, peak)
+        peak, free = int(memory["peak"]), int(memory["free"])
+        cap = 1 + max(0, free - _headroom(memory)) // max(1, peak)
     if limit is not None:
         cap = limit if cap is None else min(cap, limit)
     return cap
 
 
-def turns(slots: Sequence[Slot], capacity: int | None) -> list[list[int]]:
-    """The slot indices grouped into turns of ``max(1, capacity // 2)`` slots (a slot is one
-    process of each side); one turn of every slot when they all fit (or ``capacity`` is None)."""
+#: one process's place in a turn: (slot index, side)
+Place = tuple[int, str]
+
+
+def turns(slots: Sequence[Slot], capacity: int | None, first: str = "A") -> list[list[Place]]:
+    """The processes of ``slots`` grouped into turns of at most ``capacity`` processes (module
+    docstring): one turn of every process when they all fit (or ``capacity`` is None); turns of
+    ``capacity // 2`` whole slots while a slot fits; else one process a turn, side ``first``
+    opening slot 0 and the order alternating per slot (A B, B A, A B, ...)."""
     live = [i for i, s in enumerate(slots) if s != (None, None)]
-    procs = sum(1 for i in live for p in slots[i] if p is not None)
+    places = [[(i, side) for side, p in zip(SIDES, slots[i]) if p is not None] for i in live]
+    procs = sum(len(x) for x in places)
     if capacity is None or capacity >= procs:
-        return [live] if live else []
-    per = max(1, capacity // 2)
-    return [live[i:i + per] for i in range(0, len(live), per)]
+        return [[x for slot in places for x in slot]] if live else []
+    if capacity >= 2:
+        per = capacity // 2
+        return [[x for slot in places[k:k + per] for x in slot] for k in range(0, len(places), per)]
+    out = []
+    for k, slot in enumerate(places):
+        a_first = (first == "A") == (k % 2 == 0)
+        out += [[x] for x in sorted(slot, key=lambda x: (x[1] == "A") != a_first)]
+    return out
+
+
+def fits(memory: dict | None, peak: int, processes: int) -> bool:
+    """Whether ``processes`` more processes of ``peak`` bytes each fit in the free memory of a
+    ``{"free", "total"}`` report (bytes), above the headroom; True without a report (CPU)."""
+    return not memory or int(memory["free"]) - _headroom(memory) >= processes * peak
+
+
+def _headroom(memory: dict) -> int:
+    return max(HEADROOM_MIN_BYTES, int(HEADROOM_FRACTION * int(memory["total"])))
+
+
+def memory_figure(memory: dict | None) -> str:
+    """A memory report in words: one process's peak and the GPU's free and total memory."""
+    if not memory:
+        return "no memory report"
+    gib = 1 << 30
+    peak = f"peak {int(memory['peak']) / gib:.1f} GiB a process, " if memory.get("peak") is not None else ""
+    return f"{peak}{int(memory['free']) / gib:.1f} of {int(memory['total']) / gib:.1f} GiB free"

@@ -83,7 +83,8 @@ def ab_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _ab(args: argparse.Namespace) -> int:
-    from fp4bench.ab.judge import judge, outcome, report, to_json
+    from fp4bench.ab.judge import judge, outcome
+    from fp4bench.ab.report import report, to_json
     from fp4bench.ab.config import AbConfig, Side
     from fp4bench.ab.run import AbRunner
     from fp4bench.gate.rule import RuleSettings

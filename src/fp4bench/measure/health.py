@@ -5,6 +5,10 @@ later CUDA call in the process fails with it, and only a new process recovers (C
 API, "Error Handling": "sticky errors ... the CUDA context is corrupted; the process must be
 terminated and relaunched"). ``context_health`` runs a small torch kernel and checks it;
 ``looks_sticky`` recognises the error text of such failures in an exception.
+
+Running out of device memory is neither: the allocation that did not fit raises and the context
+stays usable. ``out_of_memory`` names that exception, so every front end reports it as a
+resource failure of the case, never as a wrong output.
 """
 
 from __future__ import annotations
@@ -26,6 +30,13 @@ STICKY_ERRORS = (
 def looks_sticky(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(s in text for s in STICKY_ERRORS)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """A device allocation that did not fit: torch's ``OutOfMemoryError`` (its caching allocator,
+    "CUDA out of memory. Tried to allocate ..."), or a library that reports the CUDA runtime's
+    ``cudaErrorMemoryAllocation`` ("out of memory") in another exception type."""
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 def context_health(device: torch.device) -> str:

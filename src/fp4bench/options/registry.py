@@ -182,7 +182,7 @@ OPTIONS: tuple[Option, ...] = (
            "FP4BENCH_SLOWDOWN=torch-bf16=0.05 to test the gate", ("ab",), action="append", default=[],
            metavar="MODULE"),
     Option("replicates", "worker processes per side, each an independent replicate (default %(default)d)", AB,
-           type=at_least(2), default=3, per_front={PYTEST: {"help": WITH_AB + "worker processes per side, each an "
+           type=at_least(2), default=6, per_front={PYTEST: {"help": WITH_AB + "worker processes per side, each an "
                                                                      "independent replicate (default %(default)d)"}},
            old={PYTEST: "ab-replicates"}),
     Option("rounds", "timing rounds every benchmark gets, each visiting every process (default %(default)d)", AB,
@@ -190,7 +190,7 @@ OPTIONS: tuple[Option, ...] = (
                                                                      "each visiting every process (default %(default)d)"}},
            old={PYTEST: "ab-rounds"}),
     Option("max-rounds", "rounds an undecided benchmark may grow to (default %(default)d)", ("ab",), type=at_least(2),
-           default=16),
+           default=40),
     Option("max-resident", "at most this many processes hold one benchmark at once; beyond it the process pairs take "
            "turns (default: as many as the GPU's free memory holds, read at the first capture)", AB, type=at_least(2),
            per_front={PYTEST: {"help": WITH_AB + "at most this many processes hold one benchmark at once; beyond it "
@@ -212,12 +212,13 @@ OPTIONS: tuple[Option, ...] = (
            "the run fits in it (default %(default)g)", (PYTEST, "ab", "units", "calibrate"), type=positive_seconds,
            default=600.0,
            per_front={PYTEST: {"help": WITH_AB + "seconds for the whole A/B run; undecided benchmarks get more rounds "
-                                      "only while it fits (default %(default)g)"},
+                                      "only while it fits (default %(default)g)", "default": 1800.0},
+                      "ab": {"default": 1800.0},
                       "calibrate": {"default": 300.0, "help": "seconds for the calibration: no further pass or "
                                     "process starts after it (at least 3 passes in 2 processes; default %(default)g)"}},
            old={PYTEST: "ab-time-budget", "ab": "time-budget", "units": "time-budget"}),
     Option("benchmark-budget", "seconds of added measurement one benchmark may take (default %(default)g)", ("ab",),
-           type=positive_seconds, default=30.0),
+           type=positive_seconds, default=120.0),
     # --- the GPUs of the host a command spreads over (fp4bench.gpus.select)
     Option("gpus", f"GPUs of this host to run on: {GPUS_SYNTAX}", ("ab", "units"),
            per_front={"ab": {"help": f"GPUs to spread the benchmarks over: {GPUS_SYNTAX}; each benchmark runs on one "

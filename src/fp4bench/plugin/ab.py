@@ -118,7 +118,8 @@ class AbPlugin:
 
     def compare(self, item: AbItem) -> None:
         """Run both sides on the item's cases; raises AbRegression when the gate fails."""
-        from fp4bench.ab.judge import judge, outcome, report, to_json
+        from fp4bench.ab.judge import judge, outcome
+        from fp4bench.ab.report import report, to_json
         from fp4bench.ab.config import AbConfig, Side
         from fp4bench.ab.run import AbRunner
         from fp4bench.gate.rule import RuleSettings

@@ -24,7 +24,7 @@ from fp4bench.gate.judge import judge
 from fp4bench.plugin import benchmark as pb
 from fp4bench.plugin.console import fail, skip
 from fp4bench.report.tables import result_row, verdict_headline, verdict_message
-from fp4bench.run.case import FAILED, MEASURED, SKIPPED, UNSUPPORTED, CaseResult
+from fp4bench.run.case import FAILED, MEASURED, OUT_OF_MEMORY, SKIPPED, UNSUPPORTED, CaseResult
 from fp4bench.run.windows import settle, take_window
 
 
@@ -62,6 +62,9 @@ def run_case(st: Any, request: pytest.FixtureRequest, benchmark: Any, spec: Any)
                  f"{reason}", f"LOST TACTIC {spec.tactic.label}")
         st.skipped[fullname] = f"unsupported: {reason}"
         skip(spec, f"unsupported: {reason}", request.node)
+    if res_status == OUT_OF_MEMORY:  # a resource failure of this case: no output or time to judge
+        fail(request.node, f"OUT OF MEMORY: {spec.backend} [{spec.tactic.label}] on {spec.problem.id} did not fit in "
+             f"device memory (not a wrong output and no timing verdict): {reason}", "OUT OF MEMORY")
     st.availability[key] = availability_value(True)
     if spec.note:
         res.extra_info["problem_note"] = spec.note

@@ -23,11 +23,13 @@ from typing import Any
 import torch
 
 from fp4bench import clock, formats
+from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
 from fp4bench.measure import copies as copy_rule
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
 from fp4bench.measure import replays as later
+from fp4bench.measure.health import out_of_memory
 from fp4bench.measure.telemetry import for_device as telemetry_for
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
 from fp4bench.measure.verify import WRONG_LAYOUT, CheckResult, check_case
@@ -41,6 +43,9 @@ SKIPPED = "skipped"
 UNSUPPORTED = "unsupported"
 FAILED = "failed"
 MEASURED = "measured"
+#: the case did not fit in device memory: a resource failure of the case, not a verdict on its
+#: output or its time (``measure.health.out_of_memory``)
+OUT_OF_MEMORY = "out of memory"
 
 
 class CheckFailed(RuntimeError):
@@ -49,7 +54,7 @@ class CheckFailed(RuntimeError):
 
 @dataclass
 class CaseResult:
-    status: str  # skipped | unsupported | failed | measured
+    status: str  # skipped | unsupported | failed | measured | out of memory
     reason: str = ""
     check: CheckResult | None = None
     timing: TimingResult | None = None
@@ -245,7 +250,16 @@ class CaseRunner:
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
         """Gate, check and (unless ``measure`` is False: correctness only) time one case; then
-        check its replays."""
+        check its replays. A case that does not fit in device memory is ``OUT_OF_MEMORY``, its caches released."""
+        try:
+            return self._run(backend, problem, tactic, measure=measure)
+        except Exception as exc:
+            if not out_of_memory(exc):
+                raise
+            self.release()  # what the case allocated before it ran out goes back for the next one
+            return CaseResult(OUT_OF_MEMORY, one_line(exc))
+
+    def _run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool) -> CaseResult:
         avail = availability_of(backend, self.device)
         if not avail.ok:
             return CaseResult(SKIPPED, f"{backend.name}: {avail.reason}")

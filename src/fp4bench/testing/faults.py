@@ -5,7 +5,9 @@ elsewhere: the M-dependent zeros of FlashInfer #3398 (SM120, cutlass/b12x). The 
 must name exactly those cases ``all-zero output``.
 ``fault-unwritten`` leaves the last 128-row tile of the output unwritten (the PDL race of
 FlashInfer #2708/#2780); ``fault-nan`` writes one NaN; ``fault-bitflip`` perturbs one output
-element by 3 % (a plain mismatch).
+element by 3 % (a plain mismatch). ``fault-oom`` raises torch's ``OutOfMemoryError`` in prepare,
+with CUDA's wording: a case that does not fit in device memory, which every front end reports as
+out of memory (a resource failure), never as a wrong output.
 
 Faults of later launches, each modelled on an upstream report and named by the checks of
 ``measure.replays``:
@@ -229,5 +231,15 @@ class Sticky(_Fault):
         raise RuntimeError(f"{SIMULATED_STICKY}\n{TORCH_CUDA_ERROR_HINT}")
 
 
+class OutOfMemory(_Fault):
+    name = "fault-oom"
+    #: what torch's caching allocator raises (the figures of the H100 80GB case that motivated it)
+    MESSAGE = ("CUDA out of memory. Tried to allocate 24.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+               "3.88 GiB is free. Process 1042 has 51.91 GiB memory in use. (simulated by fault-oom)")
+
+    def prepare(self, problem, operands, device) -> Prepared:
+        raise torch.OutOfMemoryError(self.MESSAGE)
+
+
 BACKENDS = [ZeroBand(), Unwritten(), NaNOutput(), BitFlip(), Late(), Drift(), CopyFault(), ReadsPadding(), Abort(),
-            Hang(), Sticky()]
+            Hang(), Sticky(), OutOfMemory()]

@@ -27,6 +27,7 @@ from typing import Any
 from fp4bench.gate import rule
 from fp4bench.gate.coverage import EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION
 from fp4bench.report.tables import format_seconds
+from fp4bench.run.case import OUT_OF_MEMORY  # a kind of its own: the case did not fit in the unit's memory
 from fp4bench.report.textfit import common_prefix, fit_table, wrap_line
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings, host_median
 from fp4bench.units.run import Unit, UnitBench, UnitsRun
@@ -38,7 +39,7 @@ TOO_FEW = "too few windows"
 FAILED_EVERYWHERE = "failed on every unit"
 NO_SIBLING = "no sibling measured"
 #: the kinds of a (benchmark, unit) left unjudged: the check is incomplete, never a pass
-NOT_JUDGED = (TOO_FEW, FAILED_EVERYWHERE, NO_SIBLING)
+NOT_JUDGED = (TOO_FEW, FAILED_EVERYWHERE, NO_SIBLING, OUT_OF_MEMORY)
 
 
 @dataclass
@@ -76,7 +77,9 @@ def judge_benchmark(bench: UnitBench, settings: rule.RuleSettings) -> list[UnitV
         siblings = {s: m for s, m in measured.items() if s != uuid}
         if siblings:
             v.host_s = math.exp(host_median(measured.get(uuid, []), siblings))
-        if part.status == "failed":
+        if part.status == OUT_OF_MEMORY:
+            v.kind, v.reason = OUT_OF_MEMORY, f"not judged: {part.reason.splitlines()[0][:200]}"
+        elif part.status == "failed":
             others = [u for u in correct if u != uuid]
             if others:
                 v.status, v.kind = FAIL, WRONG_OUTPUT

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from fp4bench.gate.rule import Decision, RuleSettings
 from fp4bench.gpus.devices import Gpu, pin_env
 from fp4bench.measure.timing import TIMER_ENV
+from fp4bench.run.case import OUT_OF_MEMORY
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings
@@ -69,7 +70,7 @@ class UnitsConfig:
 class UnitPart:
     """One unit's part of one benchmark."""
 
-    status: str = "pending"  # measured | failed | skipped | unsupported | lost
+    status: str = "pending"  # measured | failed | skipped | unsupported | lost | out of memory
     reason: str = ""
     #: the samples (seconds) of each window, in the order taken
     windows: list[list[float]] = field(default_factory=list)
@@ -273,6 +274,8 @@ class UnitRunner:
                 part.windows.append(list(reply["timing"]["samples_s"]))
                 if reply.get("telemetry"):
                     part.telemetry.append(dict(reply["telemetry"]))
+            elif reply.get("status") == OUT_OF_MEMORY:  # a resource failure, never a wrong output
+                part.status, part.reason = OUT_OF_MEMORY, f"during timing: {reply.get('reason')}"
             else:
                 part.status, part.reason = "failed", f"during timing: {reply.get('reason')}"
             # everything the window held goes back: the next window allocates afresh

@@ -178,8 +178,10 @@ class Child:
         return out
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
-        from fp4bench.run.case import FAILED
-        from fp4bench.measure.health import context_health, looks_sticky
+        """One request's reply. A case that ran out of device memory (raised here, or returned
+        by the runner) answers ``OUT_OF_MEMORY`` with this process's memory report."""
+        from fp4bench.run.case import FAILED, OUT_OF_MEMORY
+        from fp4bench.measure.health import context_health, looks_sticky, out_of_memory
 
         op = req.get("op")
         fn = {"run": self.run, "check": self.check, "time": self.time, "drop": self.drop,
@@ -190,10 +192,17 @@ class Child:
             out = fn(req)
         except Exception as exc:
             why = f"raised {type(exc).__name__}: {exc}"
+            if out_of_memory(exc):
+                self._calls = {}
+                self.runner.release()
+                out = {"status": OUT_OF_MEMORY, "reason": why}
+                return {**out, "memory": device_memory(self.device)}
             health = context_health(self.device) if self.device.type == "cuda" else ""
             if looks_sticky(exc) or health:
                 return {"status": FAILED, "reason": f"CUDA context poisoned: {why}", "fatal": health or why}
             return {"status": FAILED, "reason": why, "traceback": traceback.format_exc(limit=8)}
+        if out.get("status") == OUT_OF_MEMORY:
+            out["memory"] = device_memory(self.device)
         if self.device.type == "cuda":
             health = context_health(self.device)
             if health:
