@@ -100,7 +100,7 @@ def _save_option(config: pytest.Config) -> str | None:
         return save
     if not Path(save).exists():
         raise pytest.UsageError(f"fp4bench: --fp4-save-baseline {save}: a result file name must end in .json "
-                                "(write --fp4-save-baseline=PATH.json, or the bare option for the default place)")
+                                "(--fp4-save-baseline=PATH.json, or the bare option: the default place)")
     if config.args_source is pytest.Config.ArgsSource.ARGS:
         config.args.append(save)
     else:
