@@ -251,8 +251,8 @@ def parametrize_empty(metafunc: pytest.Metafunc, reason: str) -> None:
 
 #: row keys in display order; the tactic is last before the notes: it is the one long name that
 #: may have to continue on the next line (fused-MoE tactics run to ~50 characters)
-RESULT_COLUMNS = ("backend", "problem", "size", "median_s", "tflops", "gbps", "pct_peak", "pct_peak_bw", "noise",
-                  "sqnr_db", "tactic", "notes")
+RESULT_COLUMNS = ("backend", "problem", "size", "median_s", "windows", "tflops", "gbps", "pct_peak", "pct_peak_bw",
+                  "noise", "sqnr_db", "tactic", "notes")
 
 
 def results_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
@@ -268,6 +268,9 @@ def results_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
     for r, n in zip(rows, notes):
         r["notes"] = n
     cols = [c for c in RESULT_COLUMNS if any(r.get(c) not in (None, "") for r in rows)]
+    several = any((r.get("windows") or 1) > 1 for r in rows)
+    if "windows" in cols and not several:  # one window each: the median is that window's
+        cols.remove("windows")
     shared = []
     if len(rows) > 1:
         for c in ("backend", "tactic", "problem", "size"):
@@ -275,11 +278,17 @@ def results_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
                 cols.remove(c)
                 shared.append(f"{c} {rows[0][c]}")
     head = []
+    if several:
+        from fp4bench.gate.headline import LEGEND
+
+        head.append(LEGEND)
     if shared:
         head.append("every row: " + ", ".join(shared))
     if common:
         head.append("notes of every row: " + "; ".join(common))
     header, cells, right = table_cells(rows, cols)
+    if several and "noise" in cols:  # the timer's own confidence interval is window 1's
+        header[cols.index("noise")] = "CI95 w1"
     return head + fit_table(header, cells, right, width, wrap=cols.index("tactic") if "tactic" in cols else None,
                             trail=cols.index("notes") if "notes" in cols else None)
 

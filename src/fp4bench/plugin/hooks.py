@@ -234,6 +234,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     if not st.ready:
         return
     output_json["fp4bench"] = st.json_section()
+    from fp4bench.plugin.finish import annotate_entries
+
+    annotate_entries(st, output_json.get("benchmarks", []))
     plugin_benchmark.plain_entries(output_json)  # JSON data, not pytest-benchmark's "UNSERIALIZABLE[...]"
     if st.copy_to is not None:
         from fp4bench.gate.baseline import write_baseline
@@ -287,7 +290,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       if not st.health else f"fp4bench: CUDA CONTEXT BROKEN after the run: {st.health}")
     if st.rows:
         tr.section("fp4bench results (GPU time per call)" if st.device.type == "cuda" else "fp4bench results (CPU)")
-        tr.write_line("\n".join(results_lines(st.rows)))
+        from fp4bench.plugin.finish import headline_rows
+
+        tr.write_line("\n".join(results_lines(headline_rows(st))))
     if st.baseline is not None:
         tr.section(f"fp4bench verdict vs {st.baseline_path}")
         tr.write_line(verdict_table(st.final_compare()))
