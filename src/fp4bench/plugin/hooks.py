@@ -279,9 +279,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     if st.save_error:
         terminalreporter.write_line(st.save_error)
-    if not st.ready or st.usage_error or (not st.rows and st.baseline is None):
+    if not st.ready or st.usage_error or (not st.rows and not st.checks and not st.skipped and st.baseline is None):
         return
-    from fp4bench.plugin.console import results_lines, stopped_lines
+    from fp4bench.plugin.console import checks_lines, results_lines, skipped_lines, stopped_lines
     from fp4bench.report.tables import verdict_table
 
     tr = terminalreporter
@@ -293,6 +293,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         from fp4bench.plugin.finish import headline_rows
 
         tr.write_line("\n".join(results_lines(headline_rows(st))))
+    elif st.checks:  # nothing timed (--benchmark-disable): what was checked
+        tr.section("fp4bench checks (GPU)" if st.device.type == "cuda" else "fp4bench checks (CPU)")
+        tr.write_line("\n".join(checks_lines(list(st.checks.values()))))
+    skipped = skipped_lines(st.skipped, st.skipped_backend, list(st.checks.values()))
+    if skipped:
+        tr.section("fp4bench skipped backends (-rs: every case)")
+        tr.write_line("\n".join(skipped))
     if st.baseline is not None:
         tr.section(f"fp4bench verdict vs {st.baseline_path}")
         tr.write_line(verdict_table(st.final_compare()))

@@ -341,6 +341,31 @@ def table_cells(rows: list[dict], columns: list[str]) -> tuple[list[str], list[l
     return header, body, right
 
 
+def check_text(extra: dict) -> str:
+    """A case's correctness check in a few words: ``ok: 0.31 of its error bound, SQNR 55.4 dB``,
+    ``ok: bit-exact`` (a quantizer), or the failure's kind and detail."""
+    kind = extra.get("check")
+    if kind is None:
+        return "-"
+    if kind != "ok":
+        detail = str(extra.get("check_detail") or "")
+        return f"{kind}: {detail}" if detail else str(kind)
+    parts = []
+    if extra.get("worst_bound_ratio") is not None:
+        parts.append(f"{float(extra['worst_bound_ratio']):.2g} of its error bound")
+    if extra.get("sqnr_db") is not None:
+        parts.append(f"SQNR {float(extra['sqnr_db']):.1f} dB")
+    return "ok: " + (", ".join(parts) if parts else "bit-exact")
+
+
+def check_row(spec: Any, res: Any) -> dict:
+    """One line of the table a run prints when it times nothing (``--benchmark-disable``): the
+    case (``sweep.CaseSpec``) and its check (``case.CaseResult``)."""
+    o = spec.problem.origin
+    return {"backend": spec.backend, "tactic": spec.tactic.label, "problem": f"{o.model} b{o.batch} {o.role}",
+            "size": spec.problem.size, "time_s": None, "check": check_text(res.extra_info)}
+
+
 def result_row(spec: Any, res: Any) -> dict:
     """One line of the end-of-run table for a measured case (``sweep.CaseSpec``, ``case.CaseResult``):
     size -> time, TFLOP/s, % of peak, notes."""
