@@ -123,6 +123,17 @@ def _compare_target(config: pytest.Config, value: str) -> Path:
     return hits[0]
 
 
+def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict,
+                                          compared_benchmark: dict) -> None:
+    """Called just before pytest-benchmark logs the file it compares against: that line names
+    the user's file, not fp4bench's temporary copy (``plugin_benchmark.user_paths``)."""
+    plugin_benchmark.user_paths(config, benchmarksession)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    plugin_benchmark.user_paths(session.config)  # "Wrote benchmark data in: <the user's file>"
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` over benchmark cases: one worker per visible GPU (``plugin_xdist``)."""
