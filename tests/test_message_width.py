@@ -40,3 +40,19 @@ def test_every_raised_message_leaves_room_for_its_values_and_prefix():
                         long.append(f"{path.relative_to(ROOT)}:{node.lineno}: {len(line)}: {line[:80]}...")
     assert not long, "\n".join(long)
 
+
+
+def test_a_runs_closing_messages_are_wrapped_to_the_width():
+    """The lines the pytest plugin writes after the tables (a candidate's path, twice; a window
+    that could not be measured, with its benchmark's name) are wrapped, whatever the paths."""
+    from fp4bench.plugin.hooks import _writer
+
+    lines: list[str] = []
+
+    class Reporter:
+        write_line = staticmethod(lines.append)
+
+    path = "baselines/nvidia-h200/candidates/" + "a-long-folder-name/" * 3 + "20261206T010203Z.json"
+    _writer(Reporter())(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
+    assert len(lines) > 1 and all(len(line) <= WIDTH for line in lines)
+    assert " ".join(line.strip() for line in lines).endswith(f"fp4bench baseline approve {path}")

@@ -289,7 +289,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if hasattr(config, "workerinput"):  # an xdist worker: its controller reports the run
         return
     if st.save_error:
-        terminalreporter.write_line(st.save_error)
+        _writer(terminalreporter)(st.save_error)
     if not st.ready or st.usage_error or (not st.rows and not st.checks and not st.skipped and st.baseline is None):
         return
     from fp4bench.plugin.console import checks_lines, results_lines, skipped_lines, stopped_lines
@@ -317,18 +317,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for line in stopped_lines(config, list(st.baseline.benchmarks) if st.baseline is not None else [],
                               gating=st.baseline is not None):
         tr.write_line(line)
+    say = _writer(tr)
     for name, why in st.window_errors:
-        tr.write_line(f"fp4bench: a further window of {name} could not be measured ({why}); the run is not clean")
+        say(f"fp4bench: a further window of {name} could not be measured ({why}); the run is not clean")
     from fp4bench.plugin.outputs import write_outputs
 
     write_outputs(st, st.final_compare() if st.baseline is not None else None, tr.write_line)
     path = st.json_path
     if path is not None:
         if st.test_only():
-            tr.write_line(f"fp4bench: this run measured test-only backends ({', '.join(st.test_only())}): "
-                          f"it is recorded in {path} and can never be approved")
+            say(f"fp4bench: this run measured test-only backends ({', '.join(st.test_only())}): "
+                f"it is recorded in {path} and can never be approved")
         elif st.clean is False:
-            tr.write_line(f"candidate baseline written to {path}; its run was not clean (failures, a regression, "
-                          "an incomplete or interrupted run): approve refuses it without --force")
+            say(f"candidate baseline written to {path}; its run was not clean (failures, a regression, "
+                "an incomplete or interrupted run): approve refuses it without --force")
         else:
-            tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
+            say(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
+
+
+def _writer(tr: Any):
+    """Write one message through the terminal reporter as lines of at most 160 characters
+    (``report.textfit.WIDTH``; continuations indented)."""
+    from fp4bench.report.textfit import wrap_line
+
+    def say(text: str) -> None:
+        for line in wrap_line(text):
+            tr.write_line(line)
+
+    return say
