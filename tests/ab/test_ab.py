@@ -519,7 +519,7 @@ def test_pytest_ab_against_passes_on_the_same_stack_and_honours_k(ab_bench):
     assert "fp4bench ab: this environment (B) vs" in out  # a passing comparison: its table in the summary
     assert "shared_down" in out and "shared_gate_up" not in out.split("fp4bench ab: this environment")[1]
     res = ab_bench.runpytest(*AB_PYTEST, "--benchmark-compare")
-    assert res.ret == pytest.ExitCode.USAGE_ERROR and "does not take a baseline" in res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "it takes no baseline" in res.stderr.str()
 
 
 def test_a_side_whose_replays_go_wrong_fails_as_wrong_output_never_as_timing():

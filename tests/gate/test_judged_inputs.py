@@ -63,7 +63,7 @@ def test_approve_refuses_a_run_of_invalid_timings(tmp_path, capsys):
         assert main(["baseline", "approve", str(every), "--baselines", str(root), *force]) == 2
         err = capsys.readouterr().err
         assert "every one of its 3 benchmarks is flagged clock_anomaly/invalid" in err
-        assert "can never be approved, not even with --force" in err
+        assert "never approved, not even with --force" in err
     some = _candidate(tmp_path, "some.json", extra={1: {"invalid": "profiler failed"}})
     assert main(["baseline", "approve", str(some), "--baselines", str(root)]) == 2
     err = capsys.readouterr().err

@@ -18,7 +18,7 @@ def test_same_uuid_is_accepted():
 
 
 @pytest.mark.parametrize(("base", "now", "msg"), [
-    (U1, U2, "recorded on GPU GPU-1111 and this run is on GPU-2222"),
+    (U1, U2, "recorded on GPU GPU-1111, this run is on GPU-2222"),
     (H200, U1, "the baseline records no GPU UUID"),
     (U1, H200, "this run's GPU UUID is unknown"),
 ])

@@ -152,7 +152,7 @@ def test_a_baseline_timed_another_copy_rule_is_refused_one_without_it_judged_wit
                                              measurement_notes)
 
     now = measurement_of("cuda", True, "graph")
-    with pytest.raises(IncompatibleBaseline, match="min_copies=1 but this run with min_copies=4"):
+    with pytest.raises(IncompatibleBaseline, match="min_copies=1, this run with min_copies=4"):
         check_same_measurement({**now, "min_copies": 1}, now)
     with pytest.raises(IncompatibleBaseline, match="copy_memory"):
         check_same_measurement({**now, "copy_memory": 0.25}, now)

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from fp4bench.gate.verdict_json import validate
-from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines
+from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines, skipped_lines
 from fp4bench.report.textfit import WIDTH
 from fakes.pytest_run import GATE, GATE_IDS, TINY, faster_baseline, steady_baseline, write_json
 from fakes.paths import ROOT
@@ -184,3 +184,35 @@ def test_an_incomplete_run_is_not_a_clean_candidate(bench):
     assert res.ret == 0, res.stdout.str()  # no gate: nothing to fail
     assert "run INCOMPLETE: 1 of 2 cases not run" in res.stdout.str()
     assert json.loads((bench.path / "cand.json").read_text())["fp4bench"]["clean"] is False
+
+
+# --- the main job without timing: what was checked, and why each backend was skipped --------------
+
+
+def test_a_run_without_timing_prints_its_checks_and_one_line_per_skipped_backend(bench):
+    """The README's main job (``--benchmark-disable``) on a CPU: a table of the cases it checked
+    (row, shape, time, check) and one line per skipped backend, with the count and the reason."""
+    res = bench.runpytest(*TINY, "--fp4-backends", "torch-bf16,flashinfer-cutlass", "--benchmark-disable")
+    out = res.stdout.str()
+    assert res.ret == 0, out
+    checks = out.split("fp4bench checks (CPU)")[1].split("fp4bench skipped backends")[0]
+    assert "time: not measured (--benchmark-disable" in checks
+    header = next(line for line in checks.splitlines() if line.startswith("problem"))
+    assert header.split() == ["problem", "size", "time", "check"]  # the backend is shared: said above
+    assert "every row: backend torch-bf16, tactic default" in checks
+    rows = [line for line in checks.splitlines() if line.startswith("glm-5 b1 ")]
+    assert len(rows) == 2 and all(re.search(r"\s-\s+ok: 0\.\d+ of its error bound, SQNR \d+\.\d dB$", r) for r in rows)
+    assert any("M1 N512 K6144" in r for r in rows)
+    skipped = out.split("fp4bench skipped backends (-rs: every case)")[1].splitlines()[1:3]
+    assert skipped[0] == "flashinfer-cutlass: 2 skipped: no CUDA device", skipped
+    long = [line for line in out.split("fp4bench checks (CPU)")[1].splitlines() if len(line) > WIDTH]
+    assert not long, long
+
+
+def test_skipped_lines_count_each_backend_once_with_its_commonest_reason():
+    skipped = {"a": "x-lib: no CUDA device", "b": "x-lib: no CUDA device", "c": "needs 36 GiB", "d": "needs 18 GiB",
+               "e": "needs 36 GiB", "f": "empty"}
+    backend_of = {"a": "x-lib", "b": "x-lib", "c": "torch-bf16", "d": "torch-bf16", "e": "torch-bf16"}
+    lines = skipped_lines(skipped, backend_of, [{"backend": "torch-bf16"}])
+    assert lines == ["torch-bf16: 3 skipped, 1 ran: needs 36 GiB (and 1 other reason)", "x-lib: 2 skipped: no CUDA device"]
+    assert skipped_lines({}, {}, []) == []

@@ -79,6 +79,9 @@ def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench):
     assert "SKIPPED [1] test_fp4_gemm.py:20: moe not selected (--fp4-kinds dense,grouped)" in out
     assert "empty parameter set" not in out
     assert "fp4bench results (CPU)" in out and "candidate baseline written to cand.json" in out
+    # pytest-benchmark names the file the user gets, not the partial file it is written through
+    logged = out + res.stderr.str()
+    assert re.search(r"^Wrote benchmark data in: \S*cand\.json$", logged, re.M) and ".partial-" not in logged, logged
     assert "was not used at all" not in out
 
     data = json.loads((bench.path / "cand.json").read_text())
@@ -290,7 +293,9 @@ def test_bare_benchmark_compare_hands_a_slim_baseline_to_pytest_benchmark(bench)
     # the copy carries this machine's machine_info (the fingerprint is what the gate checks) and
     # ends in the real baseline's path
     assert "machine_info is different" not in out
-    assert re.search(r"Comparing against benchmarks from: \S*/store/cpu/approved\.json", out), out
+    # ... and names the user's file, not the temporary copy
+    assert f"Comparing against benchmarks from: {(bench.path / 'store/cpu/approved.json').resolve()}" in out, out
+    assert "fp4bench-slim-copy-" not in out
     assert "(NOW)" in out  # pytest-benchmark's table has the baseline's rows next to this run's
 
 

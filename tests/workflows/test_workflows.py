@@ -76,3 +76,22 @@ def test_upgrade_gate_takes_candidate_pins_and_uploads_the_report():
     assert {"flashinfer", "torch", "torch_cuda", "runner"} <= set(doc["on"]["workflow_dispatch"]["inputs"])
     upload = next(s for s in doc["jobs"]["ab"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"] == "always()" and "candidate-stack.txt" in upload["with"]["path"]
+
+
+@pytest.mark.parametrize("name,notice", [("", True), ("h200-a", False)])
+def test_gpu_bench_is_skipped_with_a_notice_without_a_runner(tmp_path, name, notice):
+    """No runner named (a fork, a repository without a GPU runner): the gate job is skipped
+    instead of queuing for a machine that never comes, and the run page says why."""
+    import subprocess
+
+    doc = _load("gpu-bench.yml")
+    gate, check = doc["jobs"]["gate"], doc["jobs"]["runner"]
+    assert gate["needs"] == "runner" and gate["if"] == "needs.runner.outputs.name != ''"
+    assert check["runs-on"] == "ubuntu-latest" and check["outputs"]["name"] == "${{ steps.name.outputs.name }}"
+    step = check["steps"][0]
+    assert step["env"]["NAME"] == "${{ inputs.runner || vars.FP4BENCH_RUNNER }}"
+    out = tmp_path / "github_output"
+    run = subprocess.run(["bash", "-c", step["run"]], env={"NAME": name, "GITHUB_OUTPUT": str(out), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)
+    assert ("::notice::gpu-bench skipped: no GPU runner configured" in run.stdout) == notice
+    assert out.read_text() == f"name={name}\n"

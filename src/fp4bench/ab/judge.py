@@ -86,7 +86,7 @@ def _ruled(v: Verdict, p: Paired | None, settings: rule.RuleSettings) -> Verdict
     if p is None or v.kind not in TIMED or v.status is Status.INVALID:
         return v
     crashed = f"; crashed: {', '.join(c.proc for c in p.crashes)} (dropped)" if p.crashes else ""
-    common = dict(p_value=None, p_adjusted=None, noise=None, floor=settings.floor)
+    common = dict(noise=None, floor=settings.floor)
     if p.estimate is None:
         return dataclasses.replace(v, status=Status.AMBIGUOUS, kind=LOST_WORKER if p.crashes else TOO_FEW,
                                    undecided=True, **common,

@@ -13,7 +13,7 @@ USAGE = """usage: fp4bench <command> [args]
 
 commands:
   env                          GPU, software stack and every backend with its availability reason
-  compare BASE.json NEW.json   noise-aware regression verdict (exit 0 pass, 1 regression, 2 usage)
+  compare BASE.json NEW.json   the gate's verdict on two saved runs (exit 0 pass, 1 regression, 2 usage, 3 incomplete)
   power A.json B.json [--slowdowns 0,3,5]   gate's FAIL rate on an A/A pair with B scaled by 1+s
   fidelity [--ms 1,64,1024]    GPU: timer's graph kernel time vs eager kernel time, same window
   baseline approve FILE        make a candidate run the approved baseline of its GPU model (slim format)

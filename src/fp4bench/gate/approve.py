@@ -94,8 +94,8 @@ def approve(
     invalid = [n for n, r in cand.benchmarks.items() if any(r.extra_info.get(k) for k in INVALID_FLAGS)]
     if invalid and len(invalid) == len(cand.benchmarks):
         raise BaselineError(f"{candidate}: every one of its {len(invalid)} benchmarks is flagged "
-                            f"{'/'.join(INVALID_FLAGS)} (timings the gate does not judge); a baseline of them "
-                            "would judge nothing, so it can never be approved, not even with --force")
+                            f"{'/'.join(INVALID_FLAGS)}: a baseline of them would judge nothing (never approved, not even "
+                            "with --force)")
     fails = cand.verdicts.get("FAIL", 0)
     if not force:
         if invalid:

@@ -3,7 +3,8 @@
 Each window of the baseline (``--fp4-windows`` when it was recorded: interleaved passes over the
 sweep, each its own preparation and graph capture) and each window of the current run is one
 replicate: its median is one number for ``gate.rule``. Samples inside a window only say how well
-that window's median is known. The medians shown are geometric means of the window medians.
+that window's median is known. The medians shown are each side's headline median
+(``record.headline_median``: the geometric mean of the window medians).
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
 
 from fp4bench.gate import rule
 from fp4bench.gate.calibration import class_of
 from fp4bench.gate.policy import Policy
-from fp4bench.gate.record import BenchmarkRecord, check_samples, windows_of
+from fp4bench.gate.record import BenchmarkRecord, check_samples, headline_median, window_medians, windows_of
 from fp4bench.options.deprecated import warn_once
 
 
@@ -44,8 +44,7 @@ def assess(name: str, base: BenchmarkRecord, new: Any, base_extra: Mapping[str, 
     if base_extra.get("noise_floor") is not None:
         warn_once("noise_floor", "fp4bench: the baseline's extra_info['noise_floor'] no longer applies: the gate "
                                  "takes the spread between windows from the windows themselves")
-    bm = [float(np.median(w)) for w in bw]
-    nm = [float(np.median(w)) for w in nw]
-    est = rule.estimate(bm, nm, policy.rule_settings(class_of(base_extra)), what=f"benchmark {name!r}")
-    mb, mn = float(np.exp(np.mean(np.log(bm)))), float(np.exp(np.mean(np.log(nm))))
-    return Assessment(mb, mn, math.exp(est.delta), est, sum(map(len, bw)), sum(map(len, nw)), len(bw), len(nw))
+    est = rule.estimate(window_medians(bw), window_medians(nw), policy.rule_settings(class_of(base_extra)),
+                        what=f"benchmark {name!r}")
+    return Assessment(headline_median(bw), headline_median(nw), math.exp(est.delta), est, sum(map(len, bw)),
+                      sum(map(len, nw)), len(bw), len(nw))

@@ -176,6 +176,7 @@ def compare(
                 status=Status.MISSING,
                 base_median=rec.median,
                 n_base=len(rec.samples),
+                windows_base=len(rec.windows),
                 reason="in the baseline but not measured now (renamed, removed or skipped?)",
             )
             continue

@@ -55,9 +55,8 @@ def check_same_measurement(base_sweep: dict[str, Any], cur_sweep: dict[str, Any]
     for key in MEASUREMENT_KEYS:
         old, new = base_sweep.get(key), cur_sweep.get(key)
         if old is not None and new is not None and old != new:
-            raise IncompatibleBaseline(f"the baseline was timed with {key}={old!r} but this run with "
-                                       f"{key}={new!r}; times taken differently are not comparable "
-                                       f"(re-run with the baseline's setting, or make a new baseline)")
+            raise IncompatibleBaseline(f"the baseline was timed with {key}={old!r}, this run with {key}={new!r}: "
+                                       "not comparable (re-run with the baseline's setting, or make a new baseline)")
 
 
 def measurement_notes(base_sweep: dict[str, Any], cur_sweep: dict[str, Any]) -> list[str]:

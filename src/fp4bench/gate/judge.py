@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-import numpy as np
 
 from fp4bench.gate import rule
 from fp4bench.gate.assess import Assessment, assess
 from fp4bench.gate.calibration import class_of
 from fp4bench.gate.policy import Policy
-from fp4bench.gate.record import BenchmarkRecord, clock, invalid_reason, kernel_change, throttle, windows_of
+from fp4bench.gate.record import (BenchmarkRecord, clock, headline_median, invalid_reason, kernel_change, throttle,
+                                  windows_of)
 from fp4bench.gate.tactics import tactic_kernel_change
 from fp4bench.gate.verdict import DISPATCH, TIMING, Status, Verdict
 
@@ -166,12 +166,12 @@ def judge(
 def new_verdict(name: str, samples: Any, extra: Mapping[str, Any]) -> Verdict:
     """The NEW verdict of a benchmark the baseline does not have."""
     flat = [x for w in windows_of(samples) for x in w]
-    med = float(np.median(np.asarray(flat, dtype=float))) if flat else None
     return Verdict(
         name=name,
         status=Status.NEW,
-        new_median=med,
+        new_median=headline_median(samples) if flat else None,
         n_new=len(flat),
+        windows_new=len(windows_of(samples)) if flat else 0,
         new_clock=clock(extra),
         new_throttle=throttle(extra),
         reason="not in the baseline",

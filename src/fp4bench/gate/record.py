@@ -59,11 +59,12 @@ class BenchmarkRecord:
 
     @property
     def median(self) -> float:
-        return float(np.median(self.samples))
+        """The headline median over every window of the record (``headline_median``)."""
+        return headline_median(self.windows)
 
     @property
     def window_medians(self) -> tuple[float, ...]:
-        return tuple(float(np.median(w)) for w in self.windows)
+        return window_medians(self.windows)
 
 
 def with_windows(fullname: str, name: str, windows: Any, extra_info: dict[str, Any]) -> BenchmarkRecord:
@@ -79,6 +80,24 @@ def windows_of(samples: Any) -> tuple[tuple[float, ...], ...]:
     if seq and isinstance(seq[0], (list, tuple, np.ndarray)):
         return tuple(tuple(w) for w in seq)
     return (tuple(seq),)
+
+
+def window_medians(samples: Any) -> tuple[float, ...]:
+    """The median of each window (``samples``: windows, or one flat sample list)."""
+    return tuple(float(np.median(np.asarray(w, dtype=float))) for w in windows_of(samples) if len(w))
+
+
+def headline_median(samples: Any) -> float:
+    """A benchmark's **headline median**: the one time every output reports for it
+    (``gate.headline`` says where). ``samples``: the windows the gate judges (or one flat sample
+    list). The geometric mean of the window medians; with one window, its median. ``gate.rule``
+    pools the windows as the mean of their log medians, so this is the rule's pooling in seconds
+    and a verdict's Δ is exactly ``headline_median(now) / headline_median(base) - 1``.
+    ``ValueError`` for no samples."""
+    meds = window_medians(samples)
+    if not meds:
+        raise ValueError("a headline median needs at least one sample")
+    return meds[0] if len(meds) == 1 else float(np.exp(np.mean(np.log(meds))))
 
 
 # --- validation -----------------------------------------------------------------------------------

@@ -171,9 +171,8 @@ def select_baseline(root: str | os.PathLike[str], fingerprint: Fingerprint) -> P
     have = available_models(root)
     listing = ", ".join(have) if have else "none"
     raise BaselineError(
-        f"no approved baseline for {fingerprint.model}: expected {p}. "
-        f"GPU models with an approved baseline under {root}: {listing}. "
-        "Run the benchmarks to write a candidate, review it, then approve it."
+        f"no approved baseline for {fingerprint.model}: expected {p} (approved under {root}: {listing}); "
+        "run the benchmarks to write a candidate, review it, approve it"
     )
 
 

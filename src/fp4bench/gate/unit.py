@@ -55,5 +55,4 @@ def require_same_unit(baseline: Fingerprint, current: Fingerprint) -> None:
                             "record a fresh baseline on this runner before the upgrade")
     if baseline.gpu_uuid != current.gpu_uuid:
         raise BaselineError(f"same-unit comparison requested, but the baseline was recorded on GPU "
-                            f"{baseline.gpu_uuid} and this run is on {current.gpu_uuid}: record the "
-                            "baseline on this unit just before the upgrade")
+                            f"{baseline.gpu_uuid}, this run is on {current.gpu_uuid}: record it on this unit before the upgrade")

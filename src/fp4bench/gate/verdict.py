@@ -61,9 +61,8 @@ class Verdict:
     status: Status
     kind: str = TIMING
     ratio: float | None = None
-    p_value: float | None = None  # raw one-sided MWU p, "new slower"
-    p_adjusted: float | None = None  # after Holm / Bonferroni: the number compared with alpha
-    base_median: float | None = None  # seconds
+    #: each side's headline median, seconds (``gate.record.headline_median``)
+    base_median: float | None = None
     new_median: float | None = None
     noise: float | None = None  # relative noise threshold used
     floor: float | None = None

@@ -96,8 +96,9 @@ OPTIONS: tuple[Option, ...] = (
            "baselines/<gpu>/candidates/<UTC>.json)", (PYTEST,), nargs="?", const="auto"),
     Option("same-unit", "refuse a baseline recorded on another physical GPU (driver-upgrade sequence)", (PYTEST,),
            action="store_true", default=False),
-    Option("assume-same-unit", "A and B come from one GPU though their fingerprints lack a UUID: keep the drift "
-           "allowance", ("power",), action="store_true", default=False, old={"power": "same-unit"}),
+    Option("assume-same-unit", "A and B come from one GPU though their fingerprints lack a UUID: judge them as one "
+           "unit (no unit-to-unit offset in the error term)", ("power",), action="store_true", default=False,
+           old={"power": "same-unit"}),
     # --- how the gate decides; the defaults are gate.policy.Policy's (tests/options/test_options.py checks)
     Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)",
            (*GATES, "power", "units", "bisect", "baseline approve", "calibrate"), type=percent, default=5.0,

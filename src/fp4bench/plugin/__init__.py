@@ -10,6 +10,8 @@ finished case into the controller's session) and ``ab`` (``--fp4-ab-against``).
 from fp4bench.plugin.hooks import (  # noqa: F401  pytest finds hooks and fixtures by name on this module
     pytest_addoption,
     pytest_configure,
+    pytest_sessionstart,
+    pytest_benchmark_compare_machine_info,
     pytest_xdist_auto_num_workers,
     pytest_generate_tests,
     pytest_collection_modifyitems,

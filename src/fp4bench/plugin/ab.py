@@ -87,9 +87,8 @@ class AbPlugin:
             raise pytest.UsageError(f"--fp4-ab-against: {exc}") from None
         if config.getoption("benchmark_compare", default=None) or config.getoption("fp4_baseline_file") \
                 or config.getoption("fp4_save_baseline"):
-            raise pytest.UsageError("--fp4-ab-against compares two environments with each other: it does not take a "
-                                    "baseline (--benchmark-compare, --fp4-baseline-file) nor save one "
-                                    "(--fp4-save-baseline)")
+            raise pytest.UsageError("--fp4-ab-against compares two environments: it takes no baseline "
+                                    "(--benchmark-compare, --fp4-baseline-file), saves none (--fp4-save-baseline)")
         # --fp4-replicates, --fp4-rounds, ... are checked by their types (fp4bench.options.values)
         self.env_a = dict(config.getoption("fp4_a_env"))
 

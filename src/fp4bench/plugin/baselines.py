@@ -69,6 +69,7 @@ def route_json(st: Any, save: str) -> None:
     # beside it and publish() moves the finished file onto it in one os.replace
     path = Path(candidate_path(st.config.getoption("fp4_baselines"), st.fingerprint.gpu_slug)) \
         if save == "auto" else reserve_path(save)
+    benchmark.show_as(st.config, partial_path(path), path)
     if not benchmark.json_to(st.config, partial_path(path)):
         st.copy_to = path  # the user's --benchmark-json stays; the candidate is written beside it (json_section)
     st.json_path = path

@@ -151,6 +151,43 @@ def compare_against(config: pytest.Config, path: Path) -> None:
     config.option.benchmark_compare = str(path)
 
 
+#: paths pytest-benchmark is given that the user never sees, and the user's path each stands for
+_SHOWN = pytest.StashKey[dict]()
+
+
+def show_as(config: pytest.Config, internal: Path, user: Path) -> None:
+    """pytest-benchmark reads or writes ``internal`` (a temporary copy of a slim baseline, the
+    ``.partial-<pid>`` file a candidate is written through) for the user's ``user``: the lines it
+    logs name ``user`` (``user_paths``)."""
+    config.stash.setdefault(_SHOWN, {})[str(internal)] = str(user)
+
+
+def user_paths(config: pytest.Config, session: Any = None) -> None:
+    """The lines pytest-benchmark's session logs name the user's files, not the internal ones
+    of ``show_as`` ("Comparing against benchmarks from: <path>": pytest-benchmark, session.py,
+    ``BenchmarkSession.handle_loading``; "Wrote benchmark data in: <path>": ``save_json``) and its
+    table's compared rows. Wraps its logger's ``info`` once; ``session``: the ``BenchmarkSession``
+    when a hook hands it over before ``config`` holds it."""
+    bs = session or getattr(config, "_benchmarksession", None)
+    shown_as = config.stash.get(_SHOWN, {})
+    compared = getattr(bs, "compared_mapping", None)
+    if compared:  # its own table labels the compared rows with the file's path (session.py, ``display``)
+        bs.compared_mapping = {Path(shown_as.get(str(p), str(p))): rows for p, rows in compared.items()}
+    logger = getattr(bs, "logger", None)
+    if logger is None or getattr(logger, "fp4bench_paths", False):
+        return
+    info = logger.info
+
+    def shown(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(text, str):
+            for internal, user in config.stash.get(_SHOWN, {}).items():
+                text = text.replace(internal, user)
+        return info(text, *args, **kwargs)
+
+    logger.info = shown
+    logger.fp4bench_paths = True
+
+
 def json_to(config: pytest.Config, part: Path) -> bool:
     """pytest-benchmark writes its JSON to ``part`` (a path from 5.3, an open file before:
     pytest-benchmark, plugin.py, ``--benchmark-json``'s type), unless the user gave
@@ -216,8 +253,7 @@ def slim_copy(config: pytest.Config, baseline: Any) -> Path:
     # compared file's differs, and a slim file keeps none; the fp4bench fingerprint, checked
     # and reported in the verdict, is what says which machine the baseline is from
     machine = _machine_info(config)
-    # the baseline's own path under a temporary folder: pytest-benchmark prints "Comparing
-    # against benchmarks from: <this path>", which then ends in the real file's path
+    # the baseline's own path under a temporary folder (its log names the real file: show_as)
     folder = Path(tempfile.mkdtemp(prefix="fp4bench-slim-copy-"))
     real = Path(baseline.source).resolve()
     tmp = folder.joinpath(*real.parts[1:])
@@ -225,6 +261,7 @@ def slim_copy(config: pytest.Config, baseline: Any) -> Path:
     tmp.write_text(json.dumps({"machine_info": machine, "commit_info": {}, "benchmarks": benches, "datetime": "",
                                "version": pytest_benchmark.__version__}))
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    show_as(config, tmp, real)
     return tmp
 
 

@@ -23,7 +23,7 @@ from fp4bench.gate.policy import is_failure
 from fp4bench.gate.judge import judge
 from fp4bench.plugin import benchmark as pb
 from fp4bench.plugin.console import fail, skip
-from fp4bench.report.tables import result_row, verdict_headline, verdict_message
+from fp4bench.report.tables import check_row, result_row, verdict_headline, verdict_message
 from fp4bench.run.case import FAILED, MEASURED, OUT_OF_MEMORY, SKIPPED, UNSUPPORTED, CaseResult
 from fp4bench.run.windows import settle, take_window
 
@@ -53,6 +53,7 @@ def run_case(st: Any, request: pytest.FixtureRequest, benchmark: Any, spec: Any)
             fail(request.node, f"MISSING NOW: measured in the baseline ({st.baseline_path}), skipped now: {reason}",
                  "MISSING NOW")
         st.skipped[fullname] = reason
+        st.skipped_backend[fullname] = spec.backend
         skip(spec, reason, request.node)
     if res_status == UNSUPPORTED:
         st.availability[key] = availability_value(False, reason)
@@ -61,6 +62,7 @@ def run_case(st: Any, request: pytest.FixtureRequest, benchmark: Any, spec: Any)
             fail(request.node, f"LOST TACTIC {spec.tactic.label}: initialized in the baseline, now unsupported: "
                  f"{reason}", f"LOST TACTIC {spec.tactic.label}")
         st.skipped[fullname] = f"unsupported: {reason}"
+        st.skipped_backend[fullname] = spec.backend
         skip(spec, f"unsupported: {reason}", request.node)
     if res_status == OUT_OF_MEMORY:  # a resource failure of this case: no output or time to judge
         fail(request.node, f"OUT OF MEMORY: {spec.backend} [{spec.tactic.label}] on {spec.problem.id} did not fit in "
@@ -72,6 +74,7 @@ def run_case(st: Any, request: pytest.FixtureRequest, benchmark: Any, spec: Any)
     res.extra_info["gpu_uuid"] = st.fingerprint.gpu_uuid  # the unit that measured it (None: a CPU)
     benchmark.extra_info.update(res.extra_info)
     benchmark.group = f"{spec.problem.kind} {spec.problem.origin.model} {spec.problem.origin.role}"
+    st.checks[fullname] = check_row(spec, res)
     if res_status == FAILED:
         fail(request.node, f"{spec.backend} [{spec.tactic.label}] on {spec.problem.id}: {reason}",
              reason.split(": ", 1)[0])

@@ -251,8 +251,8 @@ def parametrize_empty(metafunc: pytest.Metafunc, reason: str) -> None:
 
 #: row keys in display order; the tactic is last before the notes: it is the one long name that
 #: may have to continue on the next line (fused-MoE tactics run to ~50 characters)
-RESULT_COLUMNS = ("backend", "problem", "size", "median_s", "tflops", "gbps", "pct_peak", "pct_peak_bw", "noise",
-                  "sqnr_db", "tactic", "notes")
+RESULT_COLUMNS = ("backend", "problem", "size", "median_s", "windows", "tflops", "gbps", "pct_peak", "pct_peak_bw",
+                  "noise", "sqnr_db", "tactic", "notes")
 
 
 def results_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
@@ -268,20 +268,83 @@ def results_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
     for r, n in zip(rows, notes):
         r["notes"] = n
     cols = [c for c in RESULT_COLUMNS if any(r.get(c) not in (None, "") for r in rows)]
+    several = any((r.get("windows") or 1) > 1 for r in rows)
+    if "windows" in cols and not several:  # one window each: the median is that window's
+        cols.remove("windows")
+    shared = _shared_columns(rows, cols)
+    head = []
+    if several:
+        from fp4bench.gate.headline import LEGEND
+
+        head.append(LEGEND)
+    if shared:
+        head.append("every row: " + ", ".join(shared))
+    if common:
+        head.append("notes of every row: " + "; ".join(common))
+    header, cells, right = table_cells(rows, cols)
+    if several and "noise" in cols:  # the timer's own confidence interval is window 1's
+        header[cols.index("noise")] = "CI95 w1"
+    return head + fit_table(header, cells, right, width, wrap=cols.index("tactic") if "tactic" in cols else None,
+                            trail=cols.index("notes") if "notes" in cols else None)
+
+
+def _shared_columns(rows: Sequence[dict], cols: list[str]) -> list[str]:
+    """Remove from ``cols`` the case columns every row has the same value in; ``"<column> <value>"``
+    for each, to be said once above the table."""
     shared = []
     if len(rows) > 1:
         for c in ("backend", "tactic", "problem", "size"):
             if c in cols and len({str(r.get(c)) for r in rows}) == 1:
                 cols.remove(c)
                 shared.append(f"{c} {rows[0][c]}")
-    head = []
-    if shared:
-        head.append("every row: " + ", ".join(shared))
-    if common:
-        head.append("notes of every row: " + "; ".join(common))
-    header, cells, right = table_cells(rows, cols)
+    return shared
+
+
+#: the checks table of a run that timed nothing: case, time, what its check found
+CHECK_COLUMNS = ("backend", "problem", "size", "time_s", "tactic", "check")
+NOT_TIMED = "time: not measured (--benchmark-disable: every case's output is checked against the reference, nothing is timed)"
+
+
+def checks_lines(rows: Sequence[dict], width: int = WIDTH) -> list[str]:
+    """The checked cases of a run that timed nothing (``report.tables.check_row``) as a table of
+    lines at most ``width``: what ran, on which shape, and what its check found."""
+    from fp4bench.report.tables import table_cells
+
+    if not rows:
+        return ["(no case was checked)"]
+    cols = list(CHECK_COLUMNS)
+    shared = _shared_columns(rows, cols)
+    head = [NOT_TIMED] + (["every row: " + ", ".join(shared)] if shared else [])
+    header, cells, right = table_cells(list(rows), cols)
     return head + fit_table(header, cells, right, width, wrap=cols.index("tactic") if "tactic" in cols else None,
-                            trail=cols.index("notes") if "notes" in cols else None)
+                            trail=cols.index("check"))
+
+
+def skipped_lines(skipped: dict[str, str], backend_of: dict[str, str], checked: Sequence[dict],
+                  width: int = WIDTH) -> list[str]:
+    """One line per backend with skipped cases: how many, how many of its cases ran, and why
+    (its most common reason; ``-rs`` lists every case)."""
+    from collections import Counter
+
+    from fp4bench.report.textfit import wrap_line
+
+    reasons: dict[str, Counter] = {}
+    for name, reason in skipped.items():
+        backend = backend_of.get(name)
+        if backend is not None:
+            for prefix in (f"{backend}: ", f"{backend} "):
+                reason = reason.removeprefix(prefix)
+            reasons.setdefault(backend, Counter())[reason] += 1
+    ran = Counter(r["backend"] for r in checked)
+    lines = []
+    for backend in sorted(reasons):
+        why = reasons[backend]
+        first = why.most_common(1)[0][0]
+        others = len(why) - 1
+        text = (f"{backend}: {sum(why.values())} skipped" + (f", {ran[backend]} ran" if ran[backend] else "")
+                + f": {first}" + (f" (and {others} other reason{'s' if others > 1 else ''})" if others else ""))
+        lines += wrap_line(text, width, indent=4)
+    return lines
 
 
 # --- a stopped run -----------------------------------------------------------------------------

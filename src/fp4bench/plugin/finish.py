@@ -33,8 +33,7 @@ def final_compare(st: Any) -> CompareResult:
         unnamed_backends(st.sweep, all_backends(), getattr(st.device, "type", "cpu")))
     scope = Scope(excluded=frozenset(st.deselected), selected=selected,
                   not_reached=tuple(not_run(st.config)), skipped_now=dict(st.skipped))
-    current = {name: (st.windows[name][:st.judged.get(name, len(st.windows[name]))], extra)
-               for name, (_, extra) in st.measured.items()}
+    current = {name: (judged_windows(st, name), extra) for name, (_, extra) in st.measured.items()}
     if st.baselines is None or (not st.baselines.units and not st.merged):
         return compare(st.baseline, current, st.availability, st.policy, st.fingerprint,
                        current_sweep=st.measurement(), scope=scope)
@@ -43,6 +42,53 @@ def final_compare(st: Any) -> CompareResult:
                      current_sweep=st.measurement(), scope=scope, policies=policies)
     result.notes[:0] = notes
     return result
+
+
+def judged_windows(st: Any, name: str) -> list[list[float]]:
+    """The windows of ``name`` this run judges: those its test judged (windows of later
+    ``--fp4-windows`` passes are recorded for a later comparison, not judged now); every window
+    when the run gates nothing."""
+    ws = st.windows[name]
+    return ws[:st.judged.get(name, len(ws))]
+
+
+def headline(st: Any, name: str) -> dict[str, Any]:
+    """The headline median of ``name`` over its judged windows, with the rates at that time
+    (``gate.headline.rescaled``: the ``extra_info`` entries and results-table values)."""
+    from fp4bench.gate.headline import rescaled
+    from fp4bench.gate.record import headline_median
+
+    ws = judged_windows(st, name)
+    return rescaled(st.measured[name][1], headline_median(ws), len(ws))
+
+
+def headline_rows(st: Any) -> list[dict]:
+    """The results table's rows with each benchmark's headline median and its rates (a row is
+    made when the case's first window is measured; further windows change its time)."""
+    name_of = {id(row): name for name, row in st.row_of.items()}
+    out = []
+    for row in st.rows:
+        name = name_of.get(id(row))
+        if name is None or name not in st.measured:
+            out.append(row)
+            continue
+        h = headline(st, name)
+        out.append({**row, "median_s": h["median_s"], "tflops": h.get("tflops", row.get("tflops")),
+                    "gbps": h["tbps"] * 1e3 if "tbps" in h else row.get("gbps"),
+                    "pct_peak": h.get("pct_peak_compute", row.get("pct_peak")),
+                    "pct_peak_bw": h.get("pct_peak_bandwidth", row.get("pct_peak_bw")),
+                    "windows": len(judged_windows(st, name))})
+    return out
+
+
+def annotate_entries(st: Any, entries: list[dict]) -> None:
+    """Each benchmark entry of the results file carries its headline median in ``extra_info``
+    (``median_s``, ``median_is``) and its rates at that time; pytest-benchmark's ``stats`` stay
+    what they are: window 1's."""
+    for entry in entries:
+        name = entry.get("fullname")
+        if name in st.measured and isinstance(entry.get("extra_info"), dict):
+            entry["extra_info"].update(headline(st, name))
 
 
 def ran_on(st: Any) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def _save_option(config: pytest.Config) -> str | None:
         return save
     if not Path(save).exists():
         raise pytest.UsageError(f"fp4bench: --fp4-save-baseline {save}: a result file name must end in .json "
-                                "(write --fp4-save-baseline=PATH.json, or the bare option for the default place)")
+                                "(--fp4-save-baseline=PATH.json, or the bare option: the default place)")
     if config.args_source is pytest.Config.ArgsSource.ARGS:
         config.args.append(save)
     else:
@@ -121,6 +121,17 @@ def _compare_target(config: pytest.Config, value: str) -> Path:
         raise pytest.UsageError(f"fp4bench: --benchmark-compare={value}: not a file, and run ids in {root} "
                                 f"matching it: {found} (need exactly one)")
     return hits[0]
+
+
+def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict,
+                                          compared_benchmark: dict) -> None:
+    """Called just before pytest-benchmark logs the file it compares against: that line names
+    the user's file, not fp4bench's temporary copy (``plugin_benchmark.user_paths``)."""
+    plugin_benchmark.user_paths(config, benchmarksession)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    plugin_benchmark.user_paths(session.config)  # "Wrote benchmark data in: <the user's file>"
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -234,6 +245,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     if not st.ready:
         return
     output_json["fp4bench"] = st.json_section()
+    from fp4bench.plugin.finish import annotate_entries
+
+    annotate_entries(st, output_json.get("benchmarks", []))
     plugin_benchmark.plain_entries(output_json)  # JSON data, not pytest-benchmark's "UNSERIALIZABLE[...]"
     if st.copy_to is not None:
         from fp4bench.gate.baseline import write_baseline
@@ -275,10 +289,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if hasattr(config, "workerinput"):  # an xdist worker: its controller reports the run
         return
     if st.save_error:
-        terminalreporter.write_line(st.save_error)
-    if not st.ready or st.usage_error or (not st.rows and st.baseline is None):
+        _writer(terminalreporter)(st.save_error)
+    if not st.ready or st.usage_error or (not st.rows and not st.checks and not st.skipped and st.baseline is None):
         return
-    from fp4bench.plugin.console import results_lines, stopped_lines
+    from fp4bench.plugin.console import checks_lines, results_lines, skipped_lines, stopped_lines
     from fp4bench.report.tables import verdict_table
 
     tr = terminalreporter
@@ -287,25 +301,47 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       if not st.health else f"fp4bench: CUDA CONTEXT BROKEN after the run: {st.health}")
     if st.rows:
         tr.section("fp4bench results (GPU time per call)" if st.device.type == "cuda" else "fp4bench results (CPU)")
-        tr.write_line("\n".join(results_lines(st.rows)))
+        from fp4bench.plugin.finish import headline_rows
+
+        tr.write_line("\n".join(results_lines(headline_rows(st))))
+    elif st.checks:  # nothing timed (--benchmark-disable): what was checked
+        tr.section("fp4bench checks (GPU)" if st.device.type == "cuda" else "fp4bench checks (CPU)")
+        tr.write_line("\n".join(checks_lines(list(st.checks.values()))))
+    skipped = skipped_lines(st.skipped, st.skipped_backend, list(st.checks.values()))
+    if skipped:
+        tr.section("fp4bench skipped backends (-rs: every case)")
+        tr.write_line("\n".join(skipped))
     if st.baseline is not None:
         tr.section(f"fp4bench verdict vs {st.baseline_path}")
         tr.write_line(verdict_table(st.final_compare()))
     for line in stopped_lines(config, list(st.baseline.benchmarks) if st.baseline is not None else [],
                               gating=st.baseline is not None):
         tr.write_line(line)
+    say = _writer(tr)
     for name, why in st.window_errors:
-        tr.write_line(f"fp4bench: a further window of {name} could not be measured ({why}); the run is not clean")
+        say(f"fp4bench: a further window of {name} could not be measured ({why}); the run is not clean")
     from fp4bench.plugin.outputs import write_outputs
 
     write_outputs(st, st.final_compare() if st.baseline is not None else None, tr.write_line)
     path = st.json_path
     if path is not None:
         if st.test_only():
-            tr.write_line(f"fp4bench: this run measured test-only backends ({', '.join(st.test_only())}): "
-                          f"it is recorded in {path} and can never be approved")
+            say(f"fp4bench: this run measured test-only backends ({', '.join(st.test_only())}): "
+                f"it is recorded in {path} and can never be approved")
         elif st.clean is False:
-            tr.write_line(f"candidate baseline written to {path}; its run was not clean (failures, a regression, "
-                          "an incomplete or interrupted run): approve refuses it without --force")
+            say(f"candidate baseline written to {path}; its run was not clean (failures, a regression, "
+                "an incomplete or interrupted run): approve refuses it without --force")
         else:
-            tr.write_line(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
+            say(f"candidate baseline written to {path}; approve it with: fp4bench baseline approve {path}")
+
+
+def _writer(tr: Any):
+    """Write one message through the terminal reporter as lines of at most 160 characters
+    (``report.textfit.WIDTH``; continuations indented)."""
+    from fp4bench.report.textfit import wrap_line
+
+    def say(text: str) -> None:
+        for line in wrap_line(text):
+            tr.write_line(line)
+
+    return say

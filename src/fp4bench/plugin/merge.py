@@ -66,6 +66,9 @@ def case_data(st: Any, item: Any, reason: str = "", planned: Sequence[str] | Non
         data["availability"] = {key: st.availability[key]} if key in st.availability else {}
     if name in st.skipped:
         data["skipped"] = st.skipped[name]
+        data["skipped_backend"] = st.skipped_backend.get(name)
+    if name in st.checks:
+        data["check"] = st.checks[name]
     data["extra_info"] = extra_info_of(item)  # what a failed check recorded
     if name in st.measured:
         samples, extra = st.measured[name]
@@ -122,6 +125,10 @@ def absorb(st: Any, nodeid: str, data: dict[str, Any]) -> None:
     st.availability.update(data.get("availability") or {})
     if data.get("skipped") is not None:
         st.skipped[nodeid] = data["skipped"]
+        if data.get("skipped_backend"):
+            st.skipped_backend[nodeid] = data["skipped_backend"]
+    if data.get("check") is not None:
+        st.checks[nodeid] = data["check"]
     m = data.get("measured")
     if m:
         st.measured[nodeid] = (list(m["samples"]), dict(m["extra_info"]))

@@ -98,10 +98,11 @@ def _write(st: Any, option: str, text: str, what: str, echo: Callable[[str], Non
 
 def _csv_rows(st: Any) -> list:
     """The measured cases as report rows (same columns as ``fp4bench report``)."""
-    from fp4bench.gate.record import BenchmarkRecord
+    from fp4bench.gate.record import with_windows
     from fp4bench.measure.peaks import peak_for
+    from fp4bench.plugin.finish import judged_windows
     from fp4bench.report.data import case_row
 
     peaks = peak_for(st.fingerprint.gpu_name) if st.device is not None and st.device.type == "cuda" else None
-    return [case_row(BenchmarkRecord(name, name, tuple(samples), dict(extra)), peaks)
-            for name, (samples, extra) in st.measured.items()]
+    return [case_row(with_windows(name, name, judged_windows(st, name), dict(extra)), peaks)
+            for name, (_, extra) in st.measured.items()]

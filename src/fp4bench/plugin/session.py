@@ -54,8 +54,11 @@ class Fp4Session:
     window_errors: list[tuple[str, str]] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)
     deselected: set[str] = field(default_factory=set)
-    #: cases skipped with no baseline timing to miss: ``{fullname: reason}``
+    #: cases skipped with no baseline timing to miss: ``{fullname: reason}``, and their backends
     skipped: dict[str, str] = field(default_factory=dict)
+    skipped_backend: dict[str, str] = field(default_factory=dict)
+    #: each checked case's row of the checks table (``report.tables.check_row``), by fullname
+    checks: dict[str, dict] = field(default_factory=dict)
     failed_tests: int = 0
     #: --fp4-save-baseline was asked for and no results file came of it (said in the summary)
     save_error: str | None = None

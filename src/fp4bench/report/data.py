@@ -1,9 +1,11 @@
 """Flatten fp4bench result files (pytest-benchmark JSON + ``fp4bench`` section) into plot rows.
 
 One ``CaseRow`` per measured benchmark, one ``UnsupportedTile`` per availability entry that did
-not initialize. Rates are recomputed from the median of the raw samples (the number the gate
-judges) and the FLOP/byte counts the run recorded, so a confirmed re-measurement and the table
-agree; % of peak uses the peak table of ``fp4bench.measure.peaks`` for the run's GPU.
+not initialize. A case's time is its headline median (``gate.record.headline_median``: the
+geometric mean of its window medians, the time the verdict compares) and its rates are recomputed
+from it and the FLOP/byte counts the run recorded, so every window counts and the verdict, the
+tables and the plots show one time; % of peak uses the peak table of ``fp4bench.measure.peaks``
+for the run's GPU.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class CaseRow:
     role: str
     m: int | None  # tokens: dense M, MoE tokens, grouped decode batch
     fmt: str  # operand format that bounds the tensor-core peak
-    median_s: float
+    median_s: float  # the headline median (gate.record.headline_median)
     tflops: float | None
     tbs: float | None
     intensity: float | None  # FLOP per byte moved

@@ -78,8 +78,9 @@ def _header(d: RunData) -> list[str]:
             f"- GPU: {fp.get('gpu_name')} (CC {fp.get('compute_capability')}, {fp.get('sm_count')} SMs, "
             f"power limit {fp.get('power_limit_w')} W)",
             f"- stack: {stack}", f"- sweep: {sweep or '-'}", f"- peaks: {peaks}",
-            f"- {len(d.rows)} measured cases, {len(d.unsupported)} tactics the library refused; times are the "
-            "median GPU time per call (raw samples), rates recomputed from it", ""]
+            f"- {len(d.rows)} measured cases, {len(d.unsupported)} tactics the library refused; `median`: per case, "
+            "the geometric mean of its windows' median GPU time per call (the time the verdict compares; one "
+            "window: its median), rates recomputed from it", ""]
 
 
 def _throughput_section(d: RunData, out: Path, rep: Report) -> list[str]:

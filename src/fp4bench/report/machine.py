@@ -1,6 +1,8 @@
 """Machine-readable gate output: verdict JSON, a markdown verdict (GitHub job summary) and CSV.
 
-Same ``CompareResult`` as the terminal table of ``fp4bench.report.tables``; FAIL and MISSING first.
+Same ``CompareResult`` as the terminal table of ``fp4bench.report.tables``, told the same way: the
+rule in its words (``policy_text``), each benchmark's headline medians, Δ, interval and windows;
+FAIL and MISSING first.
 The verdict JSON is the document of ``fp4bench.gate.verdict_json`` (source ``"gate"``).
 """
 
@@ -8,16 +10,16 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fp4bench.gate import verdict_json as vj
-from fp4bench.gate.compare import CompareResult, delta_spread
+from fp4bench.gate.compare import CompareResult
 from fp4bench.gate.coverage import OUTCOME
 from fp4bench.gate.verdict import Status, Verdict
-from fp4bench.report.tables import describe_changes, format_p, format_seconds, verdict_summary
+from fp4bench.report.tables import (MEDIANS, OTHER_UNIT, describe_changes, format_interval, format_pct, format_seconds,
+                                   format_windows, policy_text, spread_text, verdict_label, verdict_summary)
 
 
 def verdict_json(result: CompareResult, baseline: str | None = None) -> dict[str, Any]:
@@ -45,25 +47,24 @@ def verdict_markdown(result: CompareResult, baseline: str | None = None, limit: 
     if baseline:
         lines.append(f"- baseline: `{baseline}`")
     lines.append(f"- what changed: {describe_changes(result.changes)}")
-    p = result.policy
-    lines.append(f"- policy: floor {p.floor * 100:g}%, run-to-run allowance "
-                 f"{p.drift_note or format(p.drift * 100, 'g') + '%'}, α {p.alpha:g} (Holm), missing "
-                 f"{'allowed' if p.allow_missing else 'fails'}")
-    spread = delta_spread(result)
-    if spread is not None:
-        lines.append(f"- Δ over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
-                     f"p95 {spread[2] * 100:.2f}%, max {spread[3] * 100:.2f}%")
+    lines.append(f"- policy: {_md_escape(policy_text(result))}")
+    if result.less_sensitive():
+        lines.append(f"- {OTHER_UNIT}")
+    lines += [f"- {_md_escape(note)}" for note in result.notes]
+    lines.append(f"- {MEDIANS}")
+    spread = spread_text(result)
+    if spread:
+        lines.append(f"- {spread}")
     lines.append("")
     ordered = result.sorted()
     shown = [v for v in ordered if v.status is not Status.PASS or ordered.index(v) < limit][:max(limit, 0)]
     shown_fail = sum(1 for v in shown if result.is_failure(v))
-    rows = ["| verdict | benchmark | base | now | Δ | p_adj | notes |", "|---|---|---|---|---|---|---|"]
+    rows = ["| verdict | benchmark | base | now | Δ | interval | windows | notes |", "|---|---|---|---|---|---|---|---|"]
     for v in shown:
-        label = v.status.value + ("" if v.kind == "timing" else f" ({v.kind})")
-        delta = "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
+        label = verdict_label(v)
         rows.append(f"| {'**' + label + '**' if result.is_failure(v) else label} | `{_md_escape(v.name.split('::')[-1])}` | "
-                    f"{format_seconds(v.base_median)} | {format_seconds(v.new_median)} | {delta} | "
-                    f"{format_p(v.p_adjusted)} | {_md_escape(v.reason)} |")
+                    f"{format_seconds(v.base_median)} | {format_seconds(v.new_median)} | {format_pct(v)} | "
+                    f"{format_interval(v.interval)} | {format_windows(v)} | {_md_escape(v.reason)} |")
     lines += rows
     rest = len(ordered) - len(shown)
     if rest:

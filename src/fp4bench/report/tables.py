@@ -1,5 +1,6 @@
 """How results read: plain-text, fixed-width tables for terminals and CI logs, and the text of
-one verdict (``verdict_message``) and of times and p-values (``format_seconds``, ``format_p``).
+one verdict (``verdict_message``), of times and intervals (``format_seconds``, ``format_interval``)
+and of the gate's rule (``policy_text``), which the markdown verdict (``report.machine``) shares.
 
 ``verdict_table`` explains a gate decision: what changed in the stack, then every benchmark with
 FAIL first, then MISSING / NEW listed explicitly (renames show up as one of each).
@@ -31,13 +32,6 @@ def format_seconds(s: float | None) -> str:
         if abs(s) >= scale:
             return f"{s / scale:.4g} {unit}"
     return f"{s / 1e-9:.4g} ns"
-
-
-def format_p(p: float | None) -> str:
-    """Two significant digits, one below 0.001 (``"0.012"``, ``"3e-05"``); ``"-"`` for no value."""
-    if p is None or not math.isfinite(p):
-        return "-"
-    return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
 
 
 def format_interval(iv: tuple[float, float] | None) -> str:
@@ -109,7 +103,8 @@ def describe_changes(changes: Sequence[tuple[str, Any, Any]]) -> str:
     return "; ".join(f"{k} {_fmt_value(old)} → {_fmt_value(new)}" for k, old, new in changes)
 
 
-def _verdict_label(v: Verdict) -> str:
+def verdict_label(v: Verdict) -> str:
+    """The verdict column: status, with the kind of a non-timing verdict or "(improved)"."""
     label = v.status.value
     if v.kind != "timing":
         label += f" ({v.kind})"
@@ -118,7 +113,8 @@ def _verdict_label(v: Verdict) -> str:
     return label
 
 
-def _pct(v: Verdict) -> str:
+def format_pct(v: Verdict) -> str:
+    """The Δ column: the change of the headline median (``"+1.2%"``), ``"-"`` for none."""
     return "-" if v.pct is None or not math.isfinite(v.pct) else f"{v.pct:+.1f}%"
 
 
@@ -136,12 +132,44 @@ def sub_floor_ambiguous(result: CompareResult) -> list[Verdict]:
 def _collapsed_note(items: Sequence[Verdict], floor: float, shown: int = 5, prefix: str = "") -> str:
     pcts = sorted((v.pct or 0.0 for v in items))
     worst = sorted(items, key=lambda v: -(v.ratio or 0.0))[:shown]
-    names = ", ".join(f"{v.name.removeprefix(prefix)} {_pct(v)}" for v in worst)
+    names = ", ".join(f"{v.name.removeprefix(prefix)} {format_pct(v)}" for v in worst)
     more = f", ... {len(items) - shown} more" if len(items) > shown else ""
     return (f"AMBIGUOUS ({len(items)}, not listed above): Δ {pcts[0]:+.1f}% to {pcts[-1]:+.1f}%, each interval "
             f"below the {floor * 100:g}% floor but not below the guard band. "
             f"On an unchanged stack this is window-to-window or unit-to-unit drift; it does not fail the gate. "
             f"Largest: {names}{more}")
+
+
+def policy_text(result: CompareResult) -> str:
+    """The gate's rule in words, as every verdict (terminal, markdown, report.md) states it: the
+    floor, the guard band and the bounds a FAIL and a PASS need, what the medians are, the unit
+    offset of a baseline from another GPU unit, and what else fails."""
+    p = result.policy
+    rs = p.rule_settings()
+    drift = p.drift_note or next((q.drift_note for q in result.policies.values() if q.drift_note), "")
+    return (f"floor {p.floor * 100:g}% (FAIL when shown by >= {rs.min_new_for_fail} new windows beyond "
+            f"{math.expm1(rs.threshold) * 100:.2g}%, PASS when shown below; {rs.confidence:g} (FAIL) / "
+            f"{rs.pass_confidence:g} (PASS) one-sided bounds on window medians{'; ' + drift if drift else ''}), "
+            f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
+            f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}")
+
+
+def format_windows(v: Verdict) -> str:
+    """The windows column: windows judged, base + now (``"3+2"``); ``"-"`` without a baseline."""
+    return f"{v.windows_base}+{v.windows_new}" if v.windows_base else "-"
+
+
+def spread_text(result: CompareResult) -> str:
+    """The spread of Δ over the timed benchmarks in one line ('' when none was timed on both sides)."""
+    spread = delta_spread(result)
+    if spread is None:
+        return ""
+    return (f"Δ of the medians over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
+            f"p95 |Δ| {spread[2] * 100:.2f}%, max |Δ| {spread[3] * 100:.2f}%")
+
+
+#: what the base / now columns of every verdict are (``gate.record.headline_median``)
+MEDIANS = "base / now: each side's median (geometric mean of its window medians); Δ their ratio - 1, interval: the rule's bounds"
 
 
 def verdict_table(result: CompareResult) -> str:
@@ -152,15 +180,8 @@ def verdict_table(result: CompareResult) -> str:
         lines.append(f"baseline GPU: {fp.model}")
     lines += wrap_line(f"what changed: {describe_changes(result.changes)}")
     p = result.policy
-    rs = p.rule_settings()
-    drift = p.drift_note or next((q.drift_note for q in result.policies.values() if q.drift_note), "")
-    lines += wrap_line(
-        f"policy: floor {p.floor * 100:g}% (FAIL when shown by >= {rs.min_new_for_fail} new windows beyond "
-        f"{math.expm1(rs.threshold) * 100:.2g}%, PASS when shown below; {rs.confidence:g} one-sided bounds on "
-        f"window medians{'; ' + drift if drift else ''}), "
-        f"min samples {p.min_samples}, missing {'allowed' if p.allow_missing else 'fails'}, "
-        f"dispatch {'fails' if p.dispatch == 'fail' else 'reported'}"
-    )
+    lines += wrap_line(f"policy: {policy_text(result)}")
+    lines.append(MEDIANS)
     noise = next(iter(result.policies.values()), p).noise
     lines += wrap_line(noise.header())
     if result.less_sensitive():
@@ -189,13 +210,13 @@ def verdict_table(result: CompareResult) -> str:
     for v, note in zip(shown, notes):
         rows.append(
             [
-                _verdict_label(v),
+                verdict_label(v),
                 v.name.removeprefix(prefix),
                 format_seconds(v.base_median),
                 format_seconds(v.new_median),
-                _pct(v),
+                format_pct(v),
                 format_interval(v.interval),
-                f"{v.windows_base}+{v.windows_new}" if v.windows_base else "-",
+                format_windows(v),
                 note,
             ]
         )
@@ -220,11 +241,9 @@ def verdict_table(result: CompareResult) -> str:
         lines.append("")
         lines += wrap_line(f"suspects to re-measure ({len(suspects)}): "
                            + ", ".join(n.removeprefix(prefix) for n in suspects))
-    spread = delta_spread(result)
-    if spread is not None:
-        lines.append("")
-        lines.append(f"Δ of the medians over {spread[0]} timed benchmarks: median |Δ| {spread[1] * 100:.2f}%, "
-                     f"p95 |Δ| {spread[2] * 100:.2f}%, max |Δ| {spread[3] * 100:.2f}%")
+    spread = spread_text(result)
+    if spread:
+        lines += ["", spread]
     lines.append("")
     lines.append(f"summary: {verdict_summary(result)}")
     return "\n".join(lines)
@@ -294,7 +313,7 @@ KNOWN_COLUMNS: dict[str, tuple[str, _Formatter]] = {
     "gbps": ("GB/s", _num(".0f")),
     "pct_peak": ("% peak", _num(".1f")),
     "pct_peak_bw": ("% peak BW", _num(".1f")),
-    "noise": ("noise", lambda v: f"±{float(v) * 100:.1f}%"),
+    "noise": ("CI95", lambda v: f"±{float(v) * 100:.1f}%"),  # of the median of the case's (first) window
 }
 
 
@@ -326,6 +345,31 @@ def table_cells(rows: list[dict], columns: list[str]) -> tuple[list[str], list[l
             cells.append(text)
         body.append(cells)
     return header, body, right
+
+
+def check_text(extra: dict) -> str:
+    """A case's correctness check in a few words: ``ok: 0.31 of its error bound, SQNR 55.4 dB``,
+    ``ok: bit-exact`` (a quantizer), or the failure's kind and detail."""
+    kind = extra.get("check")
+    if kind is None:
+        return "-"
+    if kind != "ok":
+        detail = str(extra.get("check_detail") or "")
+        return f"{kind}: {detail}" if detail else str(kind)
+    parts = []
+    if extra.get("worst_bound_ratio") is not None:
+        parts.append(f"{float(extra['worst_bound_ratio']):.2g} of its error bound")
+    if extra.get("sqnr_db") is not None:
+        parts.append(f"SQNR {float(extra['sqnr_db']):.1f} dB")
+    return "ok: " + (", ".join(parts) if parts else "bit-exact")
+
+
+def check_row(spec: Any, res: Any) -> dict:
+    """One line of the table a run prints when it times nothing (``--benchmark-disable``): the
+    case (``sweep.CaseSpec``) and its check (``case.CaseResult``)."""
+    o = spec.problem.origin
+    return {"backend": spec.backend, "tactic": spec.tactic.label, "problem": f"{o.model} b{o.batch} {o.role}",
+            "size": spec.problem.size, "time_s": None, "check": check_text(res.extra_info)}
 
 
 def result_row(spec: Any, res: Any) -> dict:

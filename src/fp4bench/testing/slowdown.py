@@ -228,7 +228,7 @@ class Spin:
         clock = self._clocks[device]
         if clock.capturing():
             raise RuntimeError("fp4bench.testing.slowdown: the first call of a case is being captured into a "
-                               "CUDA graph; the call's time must be measured before (run the case's check first)")
+                               "CUDA graph: measure the call's time before (run the case's check first)")
         rate = clock.rate()
         call()  # warm
 
