@@ -64,7 +64,7 @@ def test_progress_lines_in_a_run(bench):
     res = bench.runpytest(*BF16, "-q")  # default: every 30 s, so a quick run prints none
     assert "fp4bench: 1/2 cases" not in res.stdout.str()
     res = bench.runpytest(*BF16, "--fp4-progress", "-1")
-    assert res.ret == pytest.ExitCode.USAGE_ERROR and "--fp4-progress must be >= 0" in res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "--fp4-progress: must be a finite number of seconds >= 0" in res.stderr.str()
 
 
 # --- tables of at most 160 characters -----------------------------------------------------------

@@ -47,7 +47,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         policy = Policy(**policy_kwargs(lambda name: getattr(args, name.replace("-", "_"))),
-                        noise_k=args.noise_k, min_samples=args.verdict_min_samples, dispatch=args.dispatch)
+                        min_samples=args.verdict_min_samples, dispatch=args.dispatch)
     except ValueError as e:
         return fail(PROG, e)
     try:  # every output path before anything is read or judged (fp4bench.outputs)

@@ -17,7 +17,6 @@ import numpy as np
 from fp4bench.gate import rule
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.record import BenchmarkRecord, check_samples, windows_of
-from fp4bench.options.deprecated import warn_once
 
 
 @dataclass(frozen=True)
@@ -40,9 +39,6 @@ def assess(name: str, base: BenchmarkRecord, new: Any, base_extra: Mapping[str, 
     benchmark)."""
     bw = tuple(check_samples(list(w), f"baseline benchmark {name!r}") for w in base.windows)
     nw = tuple(check_samples(list(w), f"current benchmark {name!r}") for w in windows_of(new))
-    if base_extra.get("noise_floor") is not None:
-        warn_once("noise_floor", "fp4bench: the baseline's extra_info['noise_floor'] no longer applies: the gate "
-                                 "takes the spread between windows from the windows themselves")
     bm = [float(np.median(w)) for w in bw]
     nm = [float(np.median(w)) for w in nw]
     est = rule.estimate(bm, nm, policy.rule_settings(), what=f"benchmark {name!r}")

@@ -324,10 +324,10 @@ def write_baseline(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
 def write_text(path: Path, text: str) -> None:
     """Write a result file atomically (``fp4bench.outputs.write_atomic``), creating its folder;
     ``BaselineError`` names the file when it cannot be written."""
-    from fp4bench.outputs import write_atomic
+    from fp4bench.outputs import WriteError, write_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
-    except OSError as e:
-        raise BaselineError(f"cannot write {path}: {e.strerror or e}") from None
+    except OSError as e:  # a WriteError names the file already
+        raise BaselineError(str(e) if isinstance(e, WriteError) else f"cannot write {path}: {e.strerror or e}") from None

@@ -9,7 +9,6 @@ stack change that throttles more is itself a regression users want to see.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from fp4bench.gate import rule
@@ -26,15 +25,9 @@ class Policy:
     SKU at ±5 %). The decision rule's other settings (``margin``, ``confidence``, ``prior_sigma``,
     ``min_new_for_fail``) default to ``rule.RuleSettings``'s; ``unit_sigma`` is set by
     ``unit.for_changes`` for a baseline from another GPU unit. ``min_samples``: fewer samples on
-    either side is no measurement (AMBIGUOUS, undecided).
-
-    ``drift``, ``alpha`` and ``noise_k`` belong to no rule of the gate; they are parsed so that
-    command lines naming them still run, and change no verdict (``--fp4-drift`` warns)."""
+    either side is no measurement (AMBIGUOUS, undecided)."""
 
     floor: float = 0.05
-    drift: float = 0.0  # deprecated: not applied
-    alpha: float = 0.05  # deprecated: not applied
-    noise_k: float = 2.0  # deprecated: not applied
     margin: float = rule.RuleSettings.margin
     confidence: float = rule.RuleSettings.confidence
     pass_confidence: float = rule.RuleSettings.pass_confidence
@@ -62,12 +55,6 @@ class Policy:
     def __post_init__(self) -> None:
         if not (0 < self.floor < 10):
             raise ValueError(f"Policy.floor is a relative change (0.05 = 5 %), got {self.floor}")
-        if not (0 <= self.drift < 10):
-            raise ValueError(f"Policy.drift is a relative change (0.02 = 2 %), got {self.drift}")
-        if not (0 < self.alpha < 1):
-            raise ValueError(f"Policy.alpha must be in (0, 1), got {self.alpha}")
-        if not (math.isfinite(self.noise_k) and self.noise_k >= 0):
-            raise ValueError(f"Policy.noise_k must be a finite number >= 0, got {self.noise_k}")
         if self.min_samples < 2:
             raise ValueError(f"Policy.min_samples must be >= 2, got {self.min_samples}")
         if self.throttle not in THROTTLE_POLICIES:

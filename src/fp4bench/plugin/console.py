@@ -92,10 +92,8 @@ def plan(config: pytest.Config, names: Sequence[str]) -> None:
 def tracker(config: pytest.Config) -> Tracker:
     t = config.stash.get(_TRACKER, None)
     if t is None:
-        interval = config.getoption("fp4_progress", default=PROGRESS_DEFAULT_S)
-        if interval is None or not interval >= 0:
-            raise pytest.UsageError(f"--fp4-progress must be >= 0 seconds (0: off), got {interval}")
-        t = config.stash[_TRACKER] = Tracker(interval_s=interval)
+        interval = config.getoption("fp4_progress", default=PROGRESS_DEFAULT_S)  # >= 0: its type's bounds
+        t = config.stash[_TRACKER] = Tracker(interval_s=PROGRESS_DEFAULT_S if interval is None else interval)
     return t
 
 

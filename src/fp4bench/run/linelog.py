@@ -28,18 +28,20 @@ SUFFIX = ".lines.jsonl"
 
 
 class LineLog:
-    """Writes one run's lines to ``path``; each ``write`` is durable before it returns.
-    ``overwrite``: truncate an existing file (else one is refused: ``FileExistsError``)."""
+    """Writes one run's lines to ``path`` (a stream of ``fp4bench.outputs``, opened here, before the
+    run); each ``write`` is one fsynced line, durable before it returns (``WriteError`` when it
+    cannot be). ``overwrite``: truncate an existing file (else one is refused: ``OutputError``)."""
 
-    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False):
+    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False, option: str = "--fp4-log"):
+        from fp4bench.outputs import open_stream
+
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "w" if overwrite else "x", encoding="utf-8")
+        self._f = open_stream(self.path, option, force=overwrite)
+        #: a write failed: the caller stops writing (``plugin.runlog``)
+        self.failed = False
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
 
     def header(self, fingerprint: Fingerprint, sweep: dict | None, planned: list[str], **extra: Any) -> None:
         from datetime import datetime, timezone
