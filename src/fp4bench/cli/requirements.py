@@ -22,7 +22,6 @@ Every error names the file and line (``ValueError``: the command's usage error).
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 
 from packaging.markers import default_environment
@@ -76,16 +75,12 @@ def _option_line(where: str, line: str) -> None:
 
 def _pin(where: str, text: str, python: str | None) -> tuple[str, str] | None:
     """(canonical name, version) of one requirement; None when its marker excludes ``python``."""
+    requirement, _, options = text.partition(" --")
+    for opt in re.findall(r"(?:^|\s)(--[^\s=]+)", "--" + options if options else ""):
+        if opt != "--hash":
+            raise ValueError(f"{where}: option {opt} after a requirement; only --hash is taken there")
     try:
-        parts = shlex.split(text)
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
-    words = [p for p in parts if not p.startswith("--")]
-    for opt in (p for p in parts if p.startswith("--")):
-        if not opt.startswith("--hash"):
-            raise ValueError(f"{where}: option {opt.split('=')[0]} after a requirement; only --hash is taken there")
-    try:
-        req = Requirement(" ".join(words))
+        req = Requirement(requirement.strip())
     except InvalidRequirement as exc:
         raise ValueError(f"{where}: not a requirement: {exc}") from None
     if req.url:
