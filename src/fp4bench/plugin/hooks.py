@@ -214,6 +214,7 @@ def _save_failed(st: Fp4Session, exc: OSError) -> None:
     from fp4bench.outputs import remove_quietly
 
     remove_quietly(partial_path(st.json_path), st.json_path)
+    st.candidate_failed = True
     st.save_error = (f"fp4bench: --fp4-save-baseline: cannot write {st.json_path}: {exc.strerror or exc}; no "
                      "candidate written (the line log keeps the measured cases)")
 
@@ -263,7 +264,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if st.json_path is not None:
         from fp4bench.gate.store import publish
 
-        if st.save_error:  # pytest-benchmark's write failed (_save_failed): incomplete
+        if st.candidate_failed:  # pytest-benchmark's write failed (_save_failed): incomplete
             st.json_path = None
             if session.exitstatus == 0:
                 session.exitstatus = 3
