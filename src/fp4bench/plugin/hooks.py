@@ -40,6 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.stash[SESSION] = st = Fp4Session(config)
     _CONFIGS.append(config)
+    from fp4bench.plugin import signals
+
+    signals.install(config)  # SIGTERM ends the run as Ctrl-C does: interrupted, its records kept
     # -n over the GPUs: pin a worker before its CUDA starts, or make this process the controller
     # that merges the workers' cases (before xdist starts any worker: pytest_sessionstart)
     plugin_xdist.configure(config)
