@@ -55,7 +55,7 @@ def verdict_markdown(result: CompareResult, baseline: str | None = None, limit: 
                      f"p95 {spread[2] * 100:.2f}%, max {spread[3] * 100:.2f}%")
     lines.append("")
     ordered = result.sorted()
-    shown = [v for v in ordered if v.status is not Status.PASS or ordered.index(v) < limit][:max(limit, 0)]
+    shown = [v for i, v in enumerate(ordered) if v.status is not Status.PASS or i < limit][:max(limit, 0)]
     shown_fail = sum(1 for v in shown if result.is_failure(v))
     rows = ["| verdict | benchmark | base | now | Δ | p_adj | notes |", "|---|---|---|---|---|---|---|"]
     for v in shown:
