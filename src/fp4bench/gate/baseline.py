@@ -150,6 +150,9 @@ def parse_text(text: str, source: str) -> Baseline:
         raise BaselineError(f"baseline file {source}: {e}") from None
     except RecursionError:
         raise BaselineError(f"baseline file {source} nests JSON too deeply to be a baseline") from None
+    except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise BaselineError(f"baseline file {source}: a number with too many digits to be a sample or a "
+                            f"count ({str(e).split(':')[0]})") from None
     return parse_baseline(data, source=source)
 
 
