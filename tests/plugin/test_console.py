@@ -183,3 +183,40 @@ def test_an_incomplete_run_is_not_a_clean_candidate(bench):
     assert res.ret == 0, res.stdout.str()  # no gate: nothing to fail
     assert "run INCOMPLETE: 1 of 2 cases not run" in res.stdout.str()
     assert json.loads((bench.path / "cand.json").read_text())["fp4bench"]["clean"] is False
+
+
+def test_progress_eta_counts_the_further_windows_and_they_report_their_own():
+    """``--fp4-windows 3``: the ETA during the tests includes the two passes after them, and those
+    passes print their own progress with an ETA (they were silent)."""
+    from fp4bench.plugin.console import Tracker
+    from fp4bench.run.windows import extra_passes
+
+    now = [0.0]
+    t = Tracker(interval_s=30, clock=lambda: now[0], planned=["a", "b", "c", "d"], windows=3, t0=0.0)
+    t.finished.update(a="passed", b="passed")
+    now[0] = 60.0
+    # 2 of 4 cases in 60 s: 2 cases and 2 x 4 further windows left, 30 s each
+    assert t.due() == ("fp4bench: 2/4 cases, 1m00s elapsed, ETA 5m00s (with 2 further windows of each case "
+                       "after them)")
+
+    class Session:
+        cases = {n: (None, None) for n in "abcd"}
+        windows = {n: [] for n in "abcd"}
+        window_errors: list = []
+        runner = None
+
+    seen = []
+
+    def window(runner, backend, spec):
+        now[0] += 15.0
+        return [1.0], ""
+
+    import fp4bench.run.windows as windows
+    real, windows.take_window = windows.take_window, window
+    try:
+        started = now[0]
+        assert extra_passes(Session(), 3, progress=lambda d, n: seen.append(t.windows_due(d, n, started))) == 8
+    finally:
+        windows.take_window = real
+    lines = [s for s in seen if s]
+    assert lines[0] == "fp4bench: 2/8 further windows, 30s elapsed, ETA 1m30s" and len(lines) == 3

@@ -195,7 +195,12 @@ def pytest_runtestloop(session: pytest.Session):
 
     n = window_count(session.config)
     if n > 1:
-        extra_passes(st, n, lambda: st.interrupted or bool(session.shouldstop or session.shouldfail))
+        from fp4bench import clock
+
+        console = session.config.pluginmanager.get_plugin("fp4bench.plugin.console")
+        started = clock.now()
+        extra_passes(st, n, lambda: st.interrupted or bool(session.shouldstop or session.shouldfail),
+                     lambda done, total: console.windows_progress(done, total, started) if console else None)
 
 
 @pytest.hookimpl(hookwrapper=True)
