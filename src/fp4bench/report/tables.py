@@ -255,6 +255,12 @@ def verdict_summary(result: CompareResult) -> str:
     outcome = OUTCOME[code]
     if code == EXIT_INCOMPLETE and result.coverage is not None:
         outcome = result.coverage.problem()
+    failing = result.regressions
+    if failing and not any(v.status is Status.FAIL for v in failing):
+        # nothing measured slower: these fail because no verdict is not a pass
+        kinds = ", ".join(sorted({v.status.value for v in failing}))
+        outcome = (f"regression: {len(failing)} benchmarks without a verdict ({kinds}: too few samples, "
+                   "undecided or not judgeable) fail the gate, none was shown slower")
     return f"{counts or 'no verdicts'} → {outcome} (exit {code})"
 
 
