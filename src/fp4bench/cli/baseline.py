@@ -37,7 +37,8 @@ def baseline_main(argv: Sequence[str] | None = None) -> int:
 def _baseline(args: argparse.Namespace) -> int:
     from fp4bench.gate.baseline import BaselineError
     from fp4bench.gate.approve import approve, migrate
-    from fp4bench.outputs import APPROVE, OutputError, check_output, check_output_dir
+    from fp4bench.outputs import OutputError, check_output, check_output_dir
+    from fp4bench.protected import APPROVE
 
     prog = f"{PROG} {args.cmd}"
     try:  # output paths before anything is read (fp4bench.outputs)

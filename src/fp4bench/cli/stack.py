@@ -173,7 +173,8 @@ def _make_stack_dir(folder: Path) -> None:
 def _check_target(path: Path, option: str, stack_dir: str) -> None:
     """The stack file may be written: checked by ``fp4bench.outputs`` as the stack files' owner; an
     existing file is replaced only when it is a stack file (its first line says so)."""
-    from fp4bench.outputs import STACK, STACK_MARK, OutputError, check_output
+    from fp4bench.outputs import OutputError, check_output
+    from fp4bench.protected import STACK, STACK_MARK
 
     try:
         checked = check_output(path, option, force=True, owner=STACK, stack_dirs=[stack_dir])

@@ -30,7 +30,8 @@ from typing import Iterable
 
 from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import BaselineError, load_baseline
-from fp4bench.outputs import GPU_UUID, OutputError, protected, reserve as _reserve
+from fp4bench.outputs import OutputError, reserve as _reserve
+from fp4bench.protected import GPU_UUID, protected
 
 APPROVED = "approved.json"
 CANDIDATES = "candidates"

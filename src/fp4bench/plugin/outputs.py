@@ -24,7 +24,8 @@ def check_outputs(config: pytest.Config, st: Any, log_path: Path | None) -> None
     """``OutputError`` (a ``ValueError``) for the first output path the run may not write (the
     caller removes the candidate name reserved for ``--fp4-save-baseline``: the run never starts)."""
     from fp4bench.gate.store import partial_path
-    from fp4bench.outputs import RUN, check_output, check_outputs as check_all
+    from fp4bench.outputs import check_output, check_outputs as check_all
+    from fp4bench.protected import RUN
     from fp4bench.report.machine import step_summary_path
 
     opt = config.getoption
