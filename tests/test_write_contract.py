@@ -179,11 +179,14 @@ def test_a_candidate_pytest_benchmark_cannot_write_leaves_nothing(bench):
     truncated candidate that looked like a result."""
     bench.makeconftest(
         "import pytest_benchmark.session as s\n"
+        "REAL = s.BenchmarkSession.save_json\n"
         "def full(self, output_json):\n"
         "    with open(self.json, 'wb') as fh:\n"
         "        fh.write(b'{\"machine_info\": ')\n"
         "    raise OSError(28, 'No space left on device')\n"
-        "s.BenchmarkSession.save_json = full\n")
+        "s.BenchmarkSession.save_json = full\n"
+        "def pytest_unconfigure(config):  # pytester runs in this process: later runs write again\n"
+        "    s.BenchmarkSession.save_json = REAL\n")
     res = bench.runpytest(*BF16, "--fp4-save-baseline", "cand.json")
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 3, out
