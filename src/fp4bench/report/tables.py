@@ -169,8 +169,8 @@ def verdict_table(result: CompareResult) -> str:
     rows = []
     sub_floor = sub_floor_ambiguous(result)
     many_missing = len(result.by_status(Status.MISSING)) > LIST_LIMIT
-    collapsed = {id(v) for v in sub_floor}  # by identity: a list test compares whole verdicts (quadratic)
-    shown = [v for v in result.sorted() if id(v) not in collapsed and not (many_missing and v.status is Status.MISSING)]
+    folded = {id(v) for v in sub_floor}  # by identity: a list test compares whole verdicts (quadratic)
+    shown = [v for v in result.sorted() if id(v) not in folded and not (many_missing and v.status is Status.MISSING)]
     # what every row shares is said once above the table: the test file of the names, notes
     # over every verdict's name, so a table of one row (the rest collapsed) still uses it
     prefix = common_prefix([v.name for v in result.verdicts])
