@@ -148,7 +148,7 @@ COMPARE_ROWS: list[tuple[str, Callable | None, Callable | None, list[str], int, 
      "samples)"),
     ("clock anomaly everywhere", lambda: _file(_runs(2.0, extra={"clock_anomaly": "SM clock 345 MHz"})), None, [],
      1, "current run clock anomaly: SM clock 345 MHz; timing not judged"),
-    ("noise-k nan", None, None, ["--noise-k", "nan"], 2, "Policy.noise_k must be a finite number >= 0, got nan"),
+    ("floor nan", None, None, ["--floor", "nan"], 2, "percentage must be in [0, 1000), got nan"),
     ("sweep is a string", None, lambda: _edit(GOOD, lambda d: d["fp4bench"].update(sweep="all")), [], 2,
      "'fp4bench.sweep' must be an object, got str 'all'"),
     ("verdicts is a list", None, lambda: _edit(GOOD, lambda d: d["fp4bench"].update(verdicts=["PASS"])), [], 2,
@@ -303,20 +303,23 @@ def test_approve_shows_what_a_forced_subset_drops(tmp_path, capsys):
 
 @pytest.mark.parametrize("how", ["a file where the GPU folder should be", "read-only folder"])
 def test_approve_into_an_unwritable_folder(tmp_path, capsys, monkeypatch, how):
+    """A file where the GPU folder should be is refused before anything is written (exit 2); a
+    write the system refuses is exit 4 naming the file, and nothing is left behind."""
     root = tmp_path / "root"
     if how == "read-only folder":  # root ignores permission bits, so the OS refusal is simulated
         from fp4bench import outputs
 
         def refuse(*a, **kw):
             raise PermissionError(13, "Permission denied")
-        monkeypatch.setattr(outputs, "write_atomic", refuse)
-        message = "Permission denied"
+        monkeypatch.setattr(outputs, "_write_file", refuse)
+        code, message = 4, "cannot write " + str(root / "nvidia-h200" / "approved.json") + ": Permission denied"
     else:
         _put(tmp_path, "root/nvidia-h200", "not a folder")
-        message = "cannot write"
+        code, message = 2, "is not a folder"
     c = _put(tmp_path, "cand.json", GOOD)
     rc, _, err = _cli(capsys, ["baseline", "approve", c, "--baselines", str(root)])
-    assert rc == 2 and message in err
+    assert rc == code and message in err and "Traceback" not in err
+    assert sorted(p.name for p in root.rglob("*")) == ([] if code == 4 else ["nvidia-h200"])
 
 
 @pytest.mark.parametrize(("device", "message"), [
@@ -546,7 +549,7 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
     ("baseline sample beyond the float range", ["--fp4-baseline-file", "base.json"],
      lambda d: _with_data(d, [10 ** 400] * 8), 4, "fp4bench baseline: base.json: benchmark 'test_fp4_gemm.py::"),
     ("save onto approved.json", ["--fp4-save-baseline", "baselines/cpu/approved.json"], None, 4,
-     "a run is never saved as approved.json; save a candidate and use 'fp4bench baseline approve'"),
+     "a run is never saved as one; save a candidate and use 'fp4bench baseline approve'"),
     ("save onto an existing file", ["--fp4-save-baseline", "test_fp4_gemm.py.json"], None, 4,
      "test_fp4_gemm.py.json already exists; a run never overwrites a file"),
     ("save path without .json", ["--fp4-save-baseline", "results"], None, 4,

@@ -42,7 +42,7 @@ def test_check_output_refuses_each_bad_path_naming_option_and_path(tmp_path):
              (str(tmp_path), f"--x {tmp_path}: is a folder"),
              (str(tmp_path / "nodir" / "v.json"), f"the folder {tmp_path / 'nodir'} does not exist"),
              (str(tmp_path / "old.json"), "already exists; choose a new name or pass --force"),
-             (str(tmp_path / "approved.json"), "only 'fp4bench baseline approve' writes an approved.json")]
+             (str(tmp_path / "approved.json"), "only 'fp4bench baseline approve' writes one")]
     for path, message in cases:
         with pytest.raises(OutputError) as e:
             check_output(path, "--x")
@@ -158,7 +158,7 @@ def test_migrate_out_is_no_way_around_approve_and_approve_needs_a_baselines_fold
     approved.parent.mkdir(parents=True)
     assert cli.main(["baseline", "migrate", new, "--out", str(approved), "--force"]) == 2
     err = capsys.readouterr().err
-    assert "only 'fp4bench baseline approve' writes an approved.json" in err and not approved.exists()
+    assert "is an approved baseline; only 'fp4bench baseline approve' writes one" in err and not approved.exists()
     assert cli.main(["baseline", "migrate", new, "--out", base]) == 2
     assert "already exists" in capsys.readouterr().err
     assert cli.main(["baseline", "migrate", new, "--out", new, "--force"]) == 2  # --out FILE itself: an input
@@ -188,7 +188,7 @@ def test_a_line_log_with_two_runs_is_refused_naming_both(tmp_path):
     msg = str(e.value)
     assert f"line log {path} holds 2 runs" in msg
     assert "run 1: NVIDIA H200 started 20" in msg and "run 2: NVIDIA B200 started 2026-12-03T10:00:00+00:00" in msg
-    with pytest.raises(FileExistsError):
+    with pytest.raises(OutputError, match="already exists"):
         LineLog(path)  # a new run never appends
     log = LineLog(path, overwrite=True)
     log.header(H200, {}, [])
@@ -258,7 +258,7 @@ def test_a_failed_final_write_keeps_every_finished_case_in_the_line_log(bench):
     res = bench.runpytest(*RUN, "--fp4-baseline-file", str(base), "--fp4-verdict-json", "out/v.json",
                           "--fp4-log", "run.lines.jsonl", "--fp4-floor", "900", "--fp4-allow-ambiguous")
     out = res.stdout.str()
-    assert "fp4bench: --fp4-verdict-json out/v.json: cannot write it: No such file or directory" in out
+    assert "fp4bench: --fp4-verdict-json: cannot write out/v.json: No such file or directory" in out
     assert "Traceback" not in out and "INTERNALERROR" not in out
     assert res.ret == 3
     logged = read_line_log(bench.path / "run.lines.jsonl")

@@ -197,15 +197,15 @@ def sm100_baseline(tmp_path_factory) -> Path:
 
 
 # Timing is not what these three runs test (tiny CPU cases on a shared machine): the floor
-# (999 %) and alpha are set so that only identity verdicts can fail them.
+# (999 %) is set so that only identity verdicts can fail them.
 def test_unchanged_library_passes_its_own_baseline(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999")
     assert res.returncode == 0, res.stdout[-3000:]
     assert "kernel change" not in res.stdout
 
 
 def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12",
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
                         library="dropped")
     assert res.returncode == 1, res.stdout[-3000:]
     lost = [v for v in verdict_rows(res.stdout) if v.startswith("FAIL (lost tactic)")]
@@ -213,7 +213,7 @@ def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
 
 
 def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12",
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
                         library="reordered")
     assert res.returncode == 0, res.stdout[-3000:]
     changed = [v for v in verdict_rows(res.stdout) if "now runs another kernel" in v]

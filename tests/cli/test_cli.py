@@ -118,7 +118,7 @@ def test_baseline_migrate_rewrites_in_the_slim_format(tmp_path, capsys):
     assert main(["baseline", "migrate", str(run), "--out", str(out)]) == 0
     assert f"slim baseline written: {out}" in capsys.readouterr().out
     assert json.loads(out.read_text())["format"] == "fp4bench-baseline"
-    assert main(["baseline", "migrate", str(tmp_path / "nope.json")]) == 2
+    assert main(["baseline", "migrate", str(tmp_path / "nope.json"), "--out", str(tmp_path / "n.json")]) == 2
     assert "fp4bench baseline migrate: baseline file" in capsys.readouterr().err
 
 

@@ -82,7 +82,7 @@ def test_exit_2_bad_files(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "extra",
-    [["--alpha", "0"], ["--alpha", "x"], ["--floor", "-1"], ["--verdict-min-samples", "1"],
+    [["--verdict-min-samples", "x"], ["--floor", "-1"], ["--verdict-min-samples", "1"],
      ["--dispatch", "ignore"], ["--bogus"]],
 )
 def test_exit_2_usage(tmp_path, capsys, extra):
@@ -100,4 +100,4 @@ def test_usage_missing_args_and_help(capsys):
 def test_fractional_floor_is_accepted(tmp_path):
     """pytest-benchmark rejects median:2.5% (its compare-fail takes whole percents only); we take it."""
     b, n = run_pair(tmp_path, [1.0, 1.0, 1.0])
-    assert compare_main([str(b), str(n), "--floor", "2.5", "--alpha", "0.01"]) == 0
+    assert compare_main([str(b), str(n), "--floor", "2.5"]) == 0

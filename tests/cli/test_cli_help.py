@@ -127,6 +127,6 @@ def test_compare_options_default_to_the_gates_policy():
     from fp4bench.options.registry import option
 
     d = Policy()
-    assert {n: option(n).default for n in ("noise-k", "verdict-min-samples", "dispatch")} == {
-        "noise-k": d.noise_k, "verdict-min-samples": d.min_samples, "dispatch": d.dispatch}
+    assert {n: option(n).default for n in ("verdict-min-samples", "dispatch")} == {
+        "verdict-min-samples": d.min_samples, "dispatch": d.dispatch}
     assert option("dispatch").choices == DISPATCH_POLICIES

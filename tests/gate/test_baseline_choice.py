@@ -91,3 +91,16 @@ def test_one_file_and_one_gpu_says_nothing_new(root):
     files = Baselines(lead)
     _, _, notes = files.merged({n: replace(H200, gpu_uuid=C) for n in NAMES}, Policy())
     assert notes == []
+
+
+def test_a_units_file_judging_another_gpus_benchmarks_is_not_labelled_that_unit(tmp_path):
+    """Without approved.json unit A's file leads; a benchmark that ran on B and is judged by it
+    is judged by another unit's file, and the header says so (it said "(that unit)")."""
+    r = tmp_path / "b"
+    _file(unit_path(r, "nvidia-h200", A), replace(H200, gpu_uuid=A), NAMES)
+    files = select_baselines(r, replace(H200, gpu_uuid=None), [A, B])
+    _, _, header = files.merged({NAMES[0]: replace(H200, gpu_uuid=A), NAMES[1]: replace(H200, gpu_uuid=B)},
+                                Policy())
+    assert header == [f"baselines: 2 vs units/{A}.json (another or unknown unit: less sensitive)"]
+    _, _, header = files.merged({NAMES[0]: replace(H200, gpu_uuid=A)}, Policy())
+    assert header in ([], [f"baselines: 1 vs units/{A}.json (that unit)"])

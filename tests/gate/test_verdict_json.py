@@ -94,7 +94,7 @@ def _set(path, value):
     (_set(["exit_code"], 2), "'exit_code' must be one of [0, 1, 3], got 2"),
     (_set(["outcome"], "no regression"), "'outcome' must be 'regression', got 'no regression'"),
     (_set(["counts", "PASS"], 5), "'counts' {"),
-    (_set(["delta_spread", "n"], "3"), "'delta_spread'['n'] must be a number, got '3'"),
+    (_set(["delta_spread", "n"], "3"), "'delta_spread'['n'] must be a finite number, got '3'"),
     (_set(["changes", 0, "new"], KeyError), "'changes'[0]: missing keys ['new']"),
     (_set(["benchmarks", 1, "status"], "LOST"), "'benchmarks'[1] 'status' must be one of"),
     (_set(["benchmarks", 0, "fails_gate"], 1), "'benchmarks'[0] 'fails_gate' must be true or false, got 1"),
@@ -123,3 +123,35 @@ def test_failing_names_the_fail_benchmarks_and_refuses_a_document_without_one():
     assert failing(_gate_doc()) == [NAMES[0]]
     with pytest.raises(VerdictJsonError, match="no benchmark is FAIL"):
         failing(_ab_doc())
+
+
+def test_a_document_whose_meaning_contradicts_itself_is_refused():
+    """Shape is not enough: an exit code its benchmarks contradict, a NaN or infinite number and a
+    benchmark named twice are each refused, naming what is wrong."""
+    from fp4bench.gate.verdict_json import loads
+
+    gate = _gate_doc()  # FAIL, MISSING, PASS -> exit 1
+    passing = copy.deepcopy(gate)
+    passing.update(exit_code=0, outcome="no regression")
+    with pytest.raises(VerdictJsonError, match=r"'exit_code' 0 contradicts its benchmarks: 2 fail the gate"):
+        validate(passing)
+    no_fail = copy.deepcopy(gate)
+    for b in no_fail["benchmarks"]:
+        b["fails_gate"] = False
+    with pytest.raises(VerdictJsonError, match=r"'exit_code' 1 \(regression\) contradicts its benchmarks: none"):
+        validate(no_fail)
+    twice = copy.deepcopy(gate)
+    twice["benchmarks"][2]["name"] = twice["benchmarks"][0]["name"]
+    twice["benchmarks"][2]["status"] = "FAIL"
+    twice["counts"].update(FAIL=2, PASS=0)
+    with pytest.raises(VerdictJsonError, match=r"\[2\]: .* is also benchmark \[0\]"):
+        validate(twice)
+    for bad in ("NaN", "Infinity", "-Infinity"):
+        text = dumps(gate).replace(f'"delta_pct": {json.dumps(gate["benchmarks"][0]["delta_pct"])}',
+                                   f'"delta_pct": {bad}', 1)
+        assert bad in text
+        with pytest.raises(VerdictJsonError, match=f"{bad} is not a JSON number"):
+            loads(text)
+        with pytest.raises(VerdictJsonError, match="'delta_pct' must be a finite number or null"):
+            validate(json.loads(text))
+    assert loads(dumps(gate)) == gate

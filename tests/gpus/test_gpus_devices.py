@@ -75,3 +75,11 @@ def test_a_pinned_worker_polls_nvml_for_its_own_gpu(four, monkeypatch):
     child.device = torch.device("cuda:0")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(name="x"))
     assert child._sampler().gpu == "GPU-cc33"
+
+
+def test_a_fake_gpu_list_naming_one_uuid_twice_is_refused(monkeypatch):
+    """Two workers pinned to one GPU each ran half of the other's share (half the sweep)."""
+    monkeypatch.setenv(devices.FAKE_ENV, "GPU-aa11,GPU-bb22,GPU-aa11")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(GpuListError, match="names GPU-aa11 twice; a GPU is listed once"):
+        visible_gpus()

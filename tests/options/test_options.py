@@ -11,7 +11,7 @@ from fp4bench.gate.policy import Policy
 from fp4bench.models import list_models
 from fp4bench.options.adapters import add_options
 from fp4bench.options.registry import option, options_of, policy_kwargs
-from fp4bench.options.values import (alpha, int_list, parse_ints, parse_kinds, parse_models, parse_routings, parse_tps,
+from fp4bench.options.values import (fraction, int_list, parse_ints, parse_kinds, parse_models, parse_routings, parse_tps,
                                      percent, positive_seconds)
 
 
@@ -68,7 +68,7 @@ def test_parse_kinds():
         parse_kinds("dense,gemm")
 
 
-@pytest.mark.parametrize("conv, good, bad", [(percent, "2.5", ["-1", "1000", "x"]), (alpha, "0.01", ["0", "1", "x"]),
+@pytest.mark.parametrize("conv, good, bad", [(percent, "2.5", ["-1", "1000", "x"]), (fraction, "0.01", ["0", "1", "x"]),
                                              (positive_seconds, "0.5", ["0", "-2", "x"]),
                                              (int_list, "1,64", ["1,x", "0", ""])])
 def test_argparse_types(conv, good, bad):
@@ -85,7 +85,7 @@ def test_gate_defaults_are_the_policy_defaults():
     add_options(ap, "compare")
     args = ap.parse_args([])
     built = Policy(**policy_kwargs(lambda n: getattr(args, n.replace("-", "_"))),
-                   noise_k=args.noise_k, min_samples=args.verdict_min_samples, dispatch=args.dispatch)
+                   min_samples=args.verdict_min_samples, dispatch=args.dispatch)
     assert built == Policy()
     assert dataclasses.replace(Policy(), floor=0.1, allow_missing=True) == Policy(**policy_kwargs(
         lambda n: vars(ap.parse_args(["--floor", "10", "--allow-missing"]))[n.replace("-", "_")]))
@@ -94,7 +94,7 @@ def test_gate_defaults_are_the_policy_defaults():
 def test_one_definition_two_spellings():
     """The pytest plugin adds every option it takes as --fp4-<name>, a command as --<name>."""
     assert option("floor").flag("pytest") == "--fp4-floor" and option("floor").flag("compare") == "--floor"
-    assert {o.name for o in options_of("pytest")} >= {"floor", "drift", "alpha", "baselines", "models"}
+    assert {o.name for o in options_of("pytest")} >= {"floor", "baselines", "models"}
     assert option("baselines").flag("baseline approve") == "--baselines"
 
 
@@ -119,22 +119,3 @@ def test_shapes_gpu_help_names_every_known_gpu():
     from fp4bench.options.registry import KNOWN_GPUS
 
     assert KNOWN_GPUS == ", ".join(known_gpus())
-
-
-def test_drift_and_alpha_are_deprecated_warn_once_and_change_nothing():
-    import warnings
-
-    import fp4bench.options.deprecated as dep
-    from fp4bench.gate.policy import Policy
-
-    dep._SAID.difference_update({"drift", "alpha"})
-    given = {"floor": 5.0, "drift": 2.0, "alpha": 0.01}
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        kw = policy_kwargs(given.get)
-        policy_kwargs(given.get)
-    assert kw == {"floor": 0.05}
-    said = sorted(str(w.message) for w in seen)
-    assert len(said) == 2 and all("no longer applies" in m for m in said)
-    assert "--alpha" in said[0] and "--drift" in said[1]
-    assert Policy(**kw).rule_settings() == Policy().rule_settings()

@@ -1,14 +1,13 @@
 """The option registry is every front end's one source of options: pytest's parser and every
 command's take exactly the registry's options, each with its help and its default shown; one name
-has one meaning; every deprecated spelling still parses and warns once, naming the new one;
-docs/options.md is the registry's own table; commands parse through the one helper in ``cli``."""
+has one meaning and one spelling (the spellings of before 0.1.0 and abbreviations are refused); every
+numeric option has documented bounds; docs/options.md is the registry's own table; commands parse through the one helper in ``cli``."""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import importlib
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,6 @@ from _pytest.config.argparsing import Parser
 import fp4bench
 from fp4bench import plugin
 from fp4bench.cli.main import COMMANDS
-from fp4bench.options import deprecated as dep
-from fp4bench.options.adapters import spellings
-from fp4bench.options.deprecated import Fp4benchDeprecation
 from fp4bench.options.option import FRONT_ENDS, PYTEST, Option
 from fp4bench.options.registry import BY_NAME, OPTIONS, option, options_of
 from fakes.paths import ROOT
@@ -64,7 +60,7 @@ def test_every_front_end_takes_exactly_the_registrys_options():
     assert sorted(parsers) == sorted(FRONT_ENDS)
     bad = []
     for front, seen in parsers.items():
-        expected = {spellings(o, front): o for o in options_of(front)}
+        expected = {(o.flag(front),): o for o in options_of(front)}
         bad += [f"{front}: {' '.join(f)} is not the registry's" for f in seen if f not in expected]
         bad += [f"{front}: {' '.join(f)} is missing" for f in expected if f not in seen]
         for flags, o in expected.items():
@@ -92,7 +88,7 @@ def test_every_option_has_help_and_shows_its_default():
 def test_the_running_pytest_session_takes_only_registry_fp4_options(pytestconfig):
     """Whatever else is loaded, every ``--fp4-*`` option pytest knows is one of the registry's."""
     live = {s for a in pytestconfig._parser.optparser._actions for s in a.option_strings if s.startswith("--fp4-")}
-    assert live == {s for o in options_of(PYTEST) for s in spellings(o, PYTEST)}
+    assert live == {o.flag(PYTEST) for o in options_of(PYTEST)}
 
 
 def test_one_name_one_meaning():
@@ -101,9 +97,6 @@ def test_one_name_one_meaning():
         from fp4bench.options.registry import _by_name
 
         _by_name((option("floor"), option("floor")))
-    current = {(front, o.flag(front)) for o in OPTIONS for front in o.fronts}
-    old = [(front, o.old_flag(front)) for o in OPTIONS for front in o.old]
-    assert len(set(old)) == len(old) and not set(old) & current  # an old spelling never shadows a current one
     # the clashes of issue 20, each now two names
     assert option("min-samples").fronts == (PYTEST,) and option("verdict-min-samples").fronts == ("compare",)
     assert option("same-unit").fronts == (PYTEST,) and option("assume-same-unit").fronts == ("power",)
@@ -122,9 +115,8 @@ def test_one_name_one_meaning():
     ({"help": " "}, "no help"),
     ({"fronts": ("compare", "compare")}, "each front end once"),
     ({"fronts": ("cmp",)}, "unknown front end 'cmp'"),
-    ({"per_front": {"ab": {"default": 1}}}, "'ab' sets its own value or spelling but does not take the option"),
+    ({"per_front": {"ab": {"default": 1}}}, "'ab' sets its own value but does not take the option"),
     ({"per_front": {"compare": {"choices": ("a",)}}}, "compare may set only default, help, type, required"),
-    ({"old": {"compare": "floor"}}, "is not another option name"),
     ({"action": "count"}, "action 'count'"),
 ])
 def test_a_bad_definition_is_refused_naming_what_is_wrong(kwargs, message):
@@ -141,14 +133,18 @@ def test_an_option_a_front_end_does_not_take():
         option("nope")
 
 
-#: a value each renamed option takes that differs from its default
-EXAMPLE = {"models": "deepseek-v3", "batches": "64", "baseline-file": "b.json", "verdict-min-samples": "3",
-           "a-env": "X=1", "replicates": "4", "rounds": "4", "max-resident": "4", "round-samples": "5",
-           "round-timing": "cupti", "run-budget": "60", "verdict-json": "v.json", "rows-json": "r.json"}
 #: what a front end's parser needs besides the option
 REQUIRED = {"ab": ["--a", "x", "--b", "y"], "report": ["r.json", "--out", "o"], "compare": ["a.json", "b.json"],
             "power": ["a.json", "b.json"]}
-ALIASES = [(front, o.old_flag(front), o.name) for o in OPTIONS for front in o.old]
+#: the spellings 0.1.0 dropped before its release (front end, spelling, a value): one name per option
+OLD = [("workload", "--model", "glm-5"), ("shapes", "--model", "glm-5"), ("workload", "--batch", "64"),
+       ("shapes", "--batch", "64"), (PYTEST, "--fp4-baseline", "b.json"), ("report", "--baseline", "b.json"),
+       ("power", "--same-unit", None), ("compare", "--min-samples", "3"), (PYTEST, "--fp4-ab-env", "X=1"),
+       (PYTEST, "--fp4-ab-replicates", "4"), (PYTEST, "--fp4-ab-rounds", "4"), (PYTEST, "--fp4-ab-max-resident", "4"),
+       (PYTEST, "--fp4-ab-round-samples", "5"), ("ab", "--timer", "cupti"), (PYTEST, "--fp4-ab-time-budget", "60"),
+       ("ab", "--time-budget", "60"), ("units", "--time-budget", "60"), ("compare", "--json", "v.json"),
+       ("ab", "--json", "v.json"), ("units", "--json", "v.json"), ("fidelity", "--json", "r.json"),
+       (PYTEST, "--fp4-drift", "2"), (PYTEST, "--fp4-alpha", "0.01"), ("compare", "--noise-k", "2")]
 
 
 def _parse(front: str, argv: list[str]) -> dict:
@@ -157,42 +153,40 @@ def _parse(front: str, argv: list[str]) -> dict:
     return vars(command_parsers()[front].parse_args(REQUIRED.get(front, []) + argv))
 
 
-def test_every_deprecated_spelling_is_tested():
-    assert {name for _, _, name in ALIASES} <= set(EXAMPLE) | {o.name for o in OPTIONS if o.action == "store_true"}
-    assert len(ALIASES) >= 20
+@pytest.mark.parametrize(("front", "old", "value"), OLD, ids=[f"{f} {o}" for f, o, _ in OLD])
+def test_a_dropped_spelling_is_refused(front, old, value, capsys):
+    """One name per option: ``--json`` next to ``--verdict-json`` silently kept the last value."""
+    with pytest.raises((SystemExit, pytest.UsageError)):
+        _parse(front, [old, *([value] if value is not None else [])])
 
 
-@pytest.mark.parametrize(("front", "old", "name"), ALIASES, ids=[f"{f} {old}" for f, old, _ in ALIASES])
-def test_a_deprecated_spelling_works_and_warns_once_naming_the_new_one(front, old, name):
-    o = option(name)
-    new = o.flag(front)
-    value = [] if o.action == "store_true" else [EXAMPLE[name]]
-    dep._SAID.discard(f"{old}->{new}")
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        via_old = _parse(front, [old, *value])
-        _parse(front, [old, *value])
-        said = [str(w.message) for w in seen if issubclass(w.category, Fp4benchDeprecation)]
-        via_new = _parse(front, [new, *value])
-        assert [w for w in seen if issubclass(w.category, Fp4benchDeprecation)][len(said):] == []
-    assert via_old == via_new != _parse(front, [])
-    assert said == [f"fp4bench: {old} is deprecated and will be removed; use {new} (same meaning)"]
+@pytest.mark.parametrize(("front", "argv"), [("workload", ["--mod", "glm-5"]), ("compare", ["--verdict-j", "v.json"]),
+                                             ("shapes", ["--batch", "64"]), ("stack freeze", ["--run", "r"]),
+                                             (PYTEST, ["--fp4-flo", "3"])])
+def test_no_parser_takes_an_abbreviation(front, argv, capsys):
+    with pytest.raises((SystemExit, pytest.UsageError)):
+        _parse(front, argv)
+    assert all(not ap.allow_abbrev for ap in command_parsers().values())
 
 
-def test_a_deprecated_spelling_runs_the_command(tmp_path, capsys):
-    """``compare --json`` writes the verdict JSON, as ``--verdict-json`` does."""
-    from fakes.benchjson import bench_entry, bench_json, samples, write
-    from fp4bench.cli.compare import compare_main
+def test_every_numeric_option_has_documented_bounds():
+    """``int``/``float`` take any number (``--fp4-windows 1000000`` ran silently); every numeric option
+    has a bounded type whose bounds docs/options.md shows."""
+    from fp4bench.options.doc import bounds_of
 
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    base = write(tmp_path / "base.json", bench_json([bench_entry("b::t", samples(rng, 30e-6, 0.01))]))
-    new = write(tmp_path / "new.json", bench_json([bench_entry("b::t", samples(rng, 30e-6, 0.01))]))
-    dep._SAID.discard("--json->--verdict-json")
-    with pytest.warns(Fp4benchDeprecation, match="--json is deprecated .* use --verdict-json"):
-        assert compare_main([str(base), str(new), "--json", str(tmp_path / "v.json")]) == 0
-    assert (tmp_path / "v.json").is_file()
+    for o in OPTIONS:
+        for front in o.fronts:
+            t = o.on(front).type
+            assert t not in (int, float), f"{front} --{o.name}: unbounded {t.__name__}"
+            if o.on(front).default is not None and isinstance(o.on(front).default, (int, float)) \
+                    and not isinstance(o.on(front).default, bool) and o.action is None:
+                assert bounds_of(o.on(front)), f"{front} --{o.name}: no documented bounds"
+    assert "bounds: 1..100" in DOCS.read_text()
+    for front, argv in ((PYTEST, ["--fp4-windows", "101"]), (PYTEST, ["--fp4-windows", "0"]),
+                        (PYTEST, ["--fp4-progress", "-1"]), (PYTEST, ["--fp4-target-ci", "0"]),
+                        ("fidelity", ["--n", "0"]), ("units", ["--windows", "1"])):
+        with pytest.raises((SystemExit, pytest.UsageError)):
+            _parse(front, argv)
 
 
 def test_docs_options_md_is_the_registrys_table():

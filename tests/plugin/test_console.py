@@ -64,7 +64,7 @@ def test_progress_lines_in_a_run(bench):
     res = bench.runpytest(*BF16, "-q")  # default: every 30 s, so a quick run prints none
     assert "fp4bench: 1/2 cases" not in res.stdout.str()
     res = bench.runpytest(*BF16, "--fp4-progress", "-1")
-    assert res.ret == pytest.ExitCode.USAGE_ERROR and "--fp4-progress must be >= 0" in res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "--fp4-progress: must be a finite number of seconds >= 0" in res.stderr.str()
 
 
 # --- tables of at most 160 characters -----------------------------------------------------------
@@ -216,3 +216,40 @@ def test_skipped_lines_count_each_backend_once_with_its_commonest_reason():
     lines = skipped_lines(skipped, backend_of, [{"backend": "torch-bf16"}])
     assert lines == ["torch-bf16: 3 skipped, 1 ran: needs 36 GiB (and 1 other reason)", "x-lib: 2 skipped: no CUDA device"]
     assert skipped_lines({}, {}, []) == []
+
+
+def test_progress_eta_counts_the_further_windows_and_they_report_their_own():
+    """``--fp4-windows 3``: the ETA during the tests includes the two passes after them, and those
+    passes print their own progress with an ETA (they were silent)."""
+    from fp4bench.plugin.console import Tracker
+    from fp4bench.run.windows import extra_passes
+
+    now = [0.0]
+    t = Tracker(interval_s=30, clock=lambda: now[0], planned=["a", "b", "c", "d"], windows=3, t0=0.0)
+    t.finished.update(a="passed", b="passed")
+    now[0] = 60.0
+    # 2 of 4 cases in 60 s: 2 cases and 2 x 4 further windows left, 30 s each
+    assert t.due() == ("fp4bench: 2/4 cases, 1m00s elapsed, ETA 5m00s (with 2 further windows of each case "
+                       "after them)")
+
+    class Session:
+        cases = {n: (None, None) for n in "abcd"}
+        windows = {n: [] for n in "abcd"}
+        window_errors: list = []
+        runner = None
+
+    seen = []
+
+    def window(runner, backend, spec):
+        now[0] += 15.0
+        return [1.0], ""
+
+    import fp4bench.run.windows as windows
+    real, windows.take_window = windows.take_window, window
+    try:
+        started = now[0]
+        assert extra_passes(Session(), 3, progress=lambda d, n: seen.append(t.windows_due(d, n, started))) == 8
+    finally:
+        windows.take_window = real
+    lines = [s for s in seen if s]
+    assert lines[0] == "fp4bench: 2/8 further windows, 30s elapsed, ETA 1m30s" and len(lines) == 3

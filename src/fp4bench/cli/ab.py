@@ -17,7 +17,7 @@ from typing import Sequence
 from fp4bench.cli.command import fail, parser, plain, print_safely, run
 from fp4bench.options.registry import policy_kwargs
 from fp4bench.options.values import split_list
-from fp4bench.outputs import check_outputs, write_atomic
+from fp4bench.outputs import check_outputs, is_stdout, write_document
 
 PROG = "fp4bench ab"
 
@@ -137,6 +137,7 @@ def _ab(args: argparse.Namespace) -> int:
         return fail(PROG, exc)
     print_safely(report(measured, result))
     if args.verdict_json:
-        write_atomic(args.verdict_json, dumps(to_json(measured, result)))
-        print(f"verdicts written to {args.verdict_json}")
+        write_document(args.verdict_json, dumps(to_json(measured, result)))
+        if not is_stdout(args.verdict_json):
+            print(f"verdicts written to {args.verdict_json}")
     return outcome(measured, result)[0]

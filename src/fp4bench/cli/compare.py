@@ -50,7 +50,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         policy = Policy(**policy_kwargs(lambda name: getattr(args, name.replace("-", "_"))),
-                        noise_k=args.noise_k, min_samples=args.verdict_min_samples, dispatch=args.dispatch)
+                        min_samples=args.verdict_min_samples, dispatch=args.dispatch)
     except ValueError as e:
         return fail(PROG, e)
     try:  # every output path before anything is read or judged (fp4bench.outputs)
@@ -77,7 +77,7 @@ def _compare(args: argparse.Namespace) -> int:
         return fail(PROG, e, "incompatible baseline")
     except ValueError as e:  # BaselineError, or bad values inside a file (e.g. noise_floor)
         return fail(PROG, e)
-    if logged is not None and logged.partial:
+    if logged is not None and (logged.partial or logged.failed):
         print_safely(unreached_report(logged, base).lstrip("\n"))
         if logged.not_reached and not args.allow_missing:
             print_safely(f"a partial run cannot pass the gate (exit {EXIT_INCOMPLETE}); "

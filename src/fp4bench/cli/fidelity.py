@@ -28,7 +28,7 @@ def fidelity_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fidelity(args: argparse.Namespace) -> int:
-    from fp4bench.outputs import OutputError, check_outputs, write_atomic
+    from fp4bench.outputs import OutputError, check_outputs, write_document
 
     try:
         check_outputs({"--rows-json": args.rows_json}, (), args.force)
@@ -50,7 +50,7 @@ def _fidelity(args: argparse.Namespace) -> int:
     print_safely(f"{torch.cuda.get_device_name(dev)}, N={args.n} K={args.k}, tolerance ±{args.tolerance:g}%\n{HEADER}")
     rows = measure(args.ms, args.n, args.k, args.budget, dev, on_row=lambda r: print_safely(format_row(r, tol)))
     if args.rows_json is not None:
-        write_atomic(args.rows_json, json.dumps({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+        write_document(args.rows_json, json.dumps({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
                                          "tolerance": tol, "rows": [r.to_dict() for r in rows]}, indent=1))
     bad = [r for r in rows if not r.ok(tol)]
     print_safely(f"{len(rows) - len(bad)} of {len(rows)} within ±{args.tolerance:g}% with the same kernels")

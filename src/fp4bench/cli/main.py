@@ -17,7 +17,7 @@ commands:
   power A.json B.json [--slowdowns 0,3,5]   gate's FAIL rate on an A/A pair with B scaled by 1+s
   fidelity [--ms 1,64,1024]    GPU: timer's graph kernel time vs eager kernel time, same window
   baseline approve FILE        make a candidate run the approved baseline of its GPU model (slim format)
-  baseline migrate FILE        rewrite a baseline file in the slim format
+  baseline migrate FILE --out NEW   write a baseline file's slim form to NEW (never FILE itself)
   ab --a PY_OR_VENV --b PY_OR_VENV [--gpus all] [sweep options]   interleaved A/B of two stacks on this GPU
                                (--gpus: the benchmarks spread over several GPUs, A and B of each on one)
   units [--gpus all] [sweep options]   unit health: every GPU against its siblings, with its power limit,
@@ -33,6 +33,9 @@ commands:
                                (GOOD/BAD: versions or stack files; one cached venv and one ab per step)
   history BASELINE [--plot PNG]   every approval of an approved baseline in git: medians, stack changes
   --version                    fp4bench's version
+
+exit status of every command: 2 usage error (nothing written), 4 an output could not be written
+(docs/outputs.md); each command's --help lists its others
 """
 
 

@@ -15,8 +15,14 @@ install what the runner deploys, not the newest releases. The file is a pip requ
   so it is recorded in the header and not pinned).
 
 A requirements file rather than TOML: pip reads it as it is (``-r`` to install, ``-c`` to
-constrain), and a version change is a one-line diff. ``--check`` compares a venv with the file:
-exit 0 same, 1 different (each difference listed), 2 usage error (no such file or venv).
+constrain), and a version change is a one-line diff. ``--check`` compares a venv with the file
+(read strictly, ``cli.requirements``): exit 0 same, 1 different (each difference listed), 2 usage
+error (no such file or venv, a line that is not an exact pin, a package pinned twice).
+
+The file is written only here (``fp4bench.outputs``, owner ``stack freeze``): atomically, never
+over a file that is not a stack file, never through a symlink into another folder. ``--runner``
+is a name (letters, digits, ``.``, ``_``, ``-``), never a path; ``--file -`` prints the file.
+A file that cannot be written exits 4.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from fp4bench.cli.command import fail, fill, plain, run
+from fp4bench.cli.command import argument_parser, fail, fill, plain, run
+from fp4bench.cli.requirements import read_pins, same_version
+from fp4bench.outputs import is_stdout, write_document
 
 PROG = "fp4bench stack"
 #: PyPI's Linux torch wheel without a local version is a CUDA build; the other variants live here
@@ -85,35 +93,23 @@ def render(runner: str, python_version: str, dists: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_pins(path: Path) -> dict[str, str]:
-    """{canonical name: version} of a stack file's ``name==version`` lines."""
-    pins: dict[str, str] = {}
-    for no, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith("-"):
-            continue
-        name, sep, version = line.partition("==")
-        if not sep or not name.strip() or not version.strip():
-            raise ValueError(f"{path}:{no}: expected name==version, got {raw!r}")
-        pins[canonical(name.strip())] = version.strip()
-    return pins
-
-
 def differences(pins: dict[str, str], dists: dict[str, str]) -> list[str]:
     """One line per package that the venv has at another version, lacks, or has in addition."""
     have = {n: v for n, v in dists.items() if n not in UNPINNED}
-    out = [f"{n}: stack file {v}, venv {have[n]}" for n, v in sorted(pins.items()) if n in have and have[n] != v]
+    out = [f"{n}: stack file {v}, venv {have[n]}" for n, v in sorted(pins.items())
+           if n in have and not same_version(v, have[n])]
     out += [f"{n}: stack file {v}, venv does not have it" for n, v in sorted(pins.items()) if n not in have]
     out += [f"{n}: venv {v}, not in the stack file" for n, v in sorted(have.items()) if n not in pins]
     return out
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
-                                 epilog="exit status: 0 written / same, 1 venv differs from the file (--check), "
-                                        "2 usage error")
+    ap = argument_parser(prog=PROG, description=plain(__doc__.split("\n\n")[1]),
+                         epilog="exit status: 0 written / same, 1 venv differs from the file (--check), 2 usage "
+                                "error, 4 the file could not be written (the old one is unchanged)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    fill(sub.add_parser("freeze", help="write (or --check) the stack file of a runner's venv"), "stack freeze")
+    fill(sub.add_parser("freeze", help="write (or --check) the stack file of a runner's venv", allow_abbrev=False),
+         "stack freeze")
     return ap
 
 
@@ -127,14 +123,20 @@ def _freeze(args: argparse.Namespace) -> int:
     try:
         if not args.file and not args.runner:
             raise ValueError("give --runner NAME (writes <stack-dir>/NAME.txt) or --file PATH")
+        if args.runner is not None:
+            check_runner(args.runner)
         path = Path(args.file) if args.file else Path(args.stack_dir) / f"{args.runner}.txt"
         runner = args.runner or path.stem
+        if not args.check:
+            if not args.file:
+                _make_stack_dir(Path(args.stack_dir))
+            _check_target(path, "--file" if args.file else "--runner", args.stack_dir)
         python = interpreter(args.python) if args.python else sys.executable
         version, dists = installed(python)
         if args.check:
-            if not path.is_file():
+            if is_stdout(path) or not path.is_file():
                 raise ValueError(f"{path}: no such stack file (write it with `fp4bench stack freeze`)")
-            diff = differences(read_pins(path), dists)
+            diff = differences(read_pins(path, version), dists)
     except ValueError as exc:
         return fail(f"{PROG} freeze", exc, None)
     if args.check:
@@ -144,7 +146,43 @@ def _freeze(args: argparse.Namespace) -> int:
             return 1
         print(f"{python} matches {path} ({len(dists)} distributions)")
         return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(runner, version, dists))
-    print(f"stack of {python} written: {path} (commit it; the nightly and the upgrade gate install it)")
+    if write_document(path, render(runner, version, dists)) is not None:
+        print(f"stack of {python} written: {path} (commit it; the nightly and the upgrade gate install it)")
     return 0
+
+
+_RUNNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_runner(name: str) -> str:
+    """``--runner``: a name (letters, digits, ``.``, ``_``, ``-``; at most 100), never a path."""
+    if not _RUNNER.fullmatch(name) or ".." in name:
+        raise ValueError(f"--runner {name!r}: a runner name is letters, digits, '.', '_' and '-' (at most 100, "
+                         "no '..'), not a path; use --file PATH to name a file")
+    return name
+
+
+def _make_stack_dir(folder: Path) -> None:
+    """The stack folder (the command's own), created when missing."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--stack-dir {folder}: cannot create it: {exc.strerror or exc}") from None
+
+
+def _check_target(path: Path, option: str, stack_dir: str) -> None:
+    """The stack file may be written: checked by ``fp4bench.outputs`` as the stack files' owner; an
+    existing file is replaced only when it is a stack file (its first line says so)."""
+    from fp4bench.outputs import OutputError, check_output
+    from fp4bench.protected import STACK, STACK_MARK
+
+    try:
+        checked = check_output(path, option, force=True, owner=STACK, stack_dirs=[stack_dir])
+    except OutputError as exc:
+        raise ValueError(str(exc)) from None
+    if checked is not None and checked.is_file():
+        with open(checked, "rb") as f:
+            head = f.read(len(STACK_MARK))
+        if head != STACK_MARK:
+            raise ValueError(f"{option} {path}: exists and is not a stack file (it does not start with "
+                             f"{STACK_MARK.decode()!r}); remove it or name another file")

@@ -16,7 +16,7 @@ import sys
 from typing import Sequence
 
 from fp4bench.cli.command import EXIT_INCOMPLETE, fail, parser, plain, print_safely, run
-from fp4bench.outputs import check_outputs, write_atomic
+from fp4bench.outputs import check_outputs, is_stdout, write_document
 
 PROG = "fp4bench units"
 #: ``--device`` values a worker pinned to one GPU can take: inside it that GPU is ``cuda:0``
@@ -34,7 +34,7 @@ def _nothing_to_compare(gpus, args) -> int:
     summary = f"1 GPU: {only}; nothing to compare a unit with → incomplete (exit 3)"
     print(f"{PROG}: {summary}")
     if args.verdict_json:
-        write_atomic(args.verdict_json, json.dumps({"units": [{"index": gpus[0].index, "uuid": gpus[0].uuid,
+        write_document(args.verdict_json, json.dumps({"units": [{"index": gpus[0].index, "uuid": gpus[0].uuid,
                                                         "name": gpus[0].name}], "benchmarks": [],
                                             "exit_code": EXIT_INCOMPLETE, "summary": summary}, indent=2) + "\n")
     return EXIT_INCOMPLETE
@@ -87,6 +87,7 @@ def _units(args: argparse.Namespace) -> int:
     result = judge(measured, fail_on_ambiguous=args.fail_on_ambiguous)
     print_safely(report(measured, result))
     if args.verdict_json:
-        write_atomic(args.verdict_json, json.dumps(to_json(measured, result), indent=2, default=str) + "\n")
-        print(f"verdicts written to {args.verdict_json}")
+        write_document(args.verdict_json, json.dumps(to_json(measured, result), indent=2, default=str) + "\n")
+        if not is_stdout(args.verdict_json):
+            print(f"verdicts written to {args.verdict_json}")
     return outcome(measured, result)[0]

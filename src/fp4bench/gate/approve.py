@@ -7,6 +7,10 @@ forced, and a run that measured test-only backends (``fp4bench.testing``) always
 slim format (``gate.slim``) to ``approved.json`` and to the unit files (``gate.store``); earlier
 approved baselines are in git's history of ``approved.json``.
 
+An approval is one transaction (``gate.transaction``): every file it changes is written to a
+temporary first and all are moved into place only when all are written; a failure restores what
+was there, so on any failure nothing changed. Approvals of one GPU folder take turns on a lock.
+
 A run spread over several GPUs records, per benchmark, the UUID of the GPU that measured it
 (``extra_info.gpu_uuid``). ``approve`` then writes one unit file per UUID holding exactly that
 unit's benchmarks of this candidate (fingerprint ``gpu_uuid`` set to that unit), besides the
@@ -31,8 +35,9 @@ from fp4bench.gate.compatibility import (IncompatibleBaseline, check_same_measur
                                          test_only_backends)
 from fp4bench.gate.drift import DriftSettings, check_drift
 from fp4bench.gate.record import INVALID_FLAGS
-from fp4bench.gate.slim import write_slim
+from fp4bench.gate.slim import slim_document
 from fp4bench.gate.store import approved_path, unit_path, utc_stamp
+from fp4bench.gate.transaction import approval_transaction
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,13 @@ def approve(
                 "(--force to override)"
             )
     dest = approved_path(root, cand.fingerprint.gpu_slug)
+    with approval_transaction(root, dest.parent) as transaction:  # one approval of this GPU folder at a time
+        return _approve(candidate, cand, root, dest, force, now, transaction)
+
+
+def _approve(candidate, cand: Baseline, root, dest: Path, force: bool, now: datetime | None,
+             transaction) -> Approval:
+    """``approve`` once the candidate itself is accepted, holding the GPU folder's lock."""
     if dest.exists() and dest.resolve() == Path(candidate).resolve():
         raise BaselineError(f"{candidate} is already the approved baseline")
     dropped: tuple[str, ...] = ()
@@ -149,14 +161,15 @@ def approve(
                                              **decided})
     shares = unit_shares(cand)
     paths = {uuid: unit_path(root, cand.fingerprint.gpu_slug, uuid) for uuid in shares}  # every UUID checked first
-    write_slim(approved, dest)
+    transaction.add(dest, slim_document(approved, dest))
     units = []
     for uuid, names in shares.items():
         fp = dataclasses.replace(cand.fingerprint, gpu_uuid=uuid)
         own = dataclasses.replace(approved, fingerprint=fp, source=str(paths[uuid]),
                                   benchmarks={n: cand.benchmarks[n] for n in names})
-        write_slim(own, paths[uuid])
+        transaction.add(paths[uuid], slim_document(own, paths[uuid]))
         units.append((paths[uuid], len(names)))
+    transaction.commit()  # every file or none
     unit = units[0][0] if len(units) == 1 else None
     return Approval(dest, dropped, added, replaced, unit, tuple(units))
 
@@ -173,8 +186,12 @@ def unit_shares(cand: Baseline) -> dict[str, list[str]]:
     return out
 
 
-def migrate(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
-    """Rewrite a baseline file (either format) in the slim format at ``out`` (default: in place).
-    Nothing is judged: the same samples, availability and approval record, without the keys no
-    reader uses."""
-    return write_slim(load_baseline(path), out if out is not None else path)
+def migrate(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path | None:
+    """Write a baseline file (either format) in the slim format to ``out`` (``-``: standard output;
+    None returned), never to ``path`` itself. Nothing is judged: the same samples, availability
+    and approval record, without the keys no reader uses."""
+    from fp4bench.outputs import write_document
+
+    if Path(path).resolve() == Path(out).resolve():
+        raise BaselineError(f"{path}: migrate never rewrites the file it reads; name a new file with --out")
+    return write_document(out, slim_document(load_baseline(path), out))

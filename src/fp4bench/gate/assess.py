@@ -18,7 +18,6 @@ from fp4bench.gate import rule
 from fp4bench.gate.calibration import class_of
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.record import BenchmarkRecord, check_samples, headline_median, window_medians, windows_of
-from fp4bench.options.deprecated import warn_once
 
 
 @dataclass(frozen=True)
@@ -41,9 +40,6 @@ def assess(name: str, base: BenchmarkRecord, new: Any, base_extra: Mapping[str, 
     benchmark)."""
     bw = tuple(check_samples(list(w), f"baseline benchmark {name!r}") for w in base.windows)
     nw = tuple(check_samples(list(w), f"current benchmark {name!r}") for w in windows_of(new))
-    if base_extra.get("noise_floor") is not None:
-        warn_once("noise_floor", "fp4bench: the baseline's extra_info['noise_floor'] no longer applies: the gate "
-                                 "takes the spread between windows from the windows themselves")
     est = rule.estimate(window_medians(bw), window_medians(nw), policy.rule_settings(class_of(base_extra)),
                         what=f"benchmark {name!r}")
     return Assessment(headline_median(bw), headline_median(nw), math.exp(est.delta), est, sum(map(len, bw)),

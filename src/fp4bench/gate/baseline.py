@@ -150,6 +150,9 @@ def parse_text(text: str, source: str) -> Baseline:
         raise BaselineError(f"baseline file {source}: {e}") from None
     except RecursionError:
         raise BaselineError(f"baseline file {source} nests JSON too deeply to be a baseline") from None
+    except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise BaselineError(f"baseline file {source}: a number with too many digits to be a sample or a "
+                            f"count ({str(e).split(':')[0]})") from None
     return parse_baseline(data, source=source)
 
 
@@ -324,10 +327,10 @@ def write_baseline(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
 def write_text(path: Path, text: str) -> None:
     """Write a result file atomically (``fp4bench.outputs.write_atomic``), creating its folder;
     ``BaselineError`` names the file when it cannot be written."""
-    from fp4bench.outputs import write_atomic
+    from fp4bench.outputs import WriteError, write_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
-    except OSError as e:
-        raise BaselineError(f"cannot write {path}: {e.strerror or e}") from None
+    except OSError as e:  # a WriteError names the file already
+        raise BaselineError(str(e) if isinstance(e, WriteError) else f"cannot write {path}: {e.strerror or e}") from None

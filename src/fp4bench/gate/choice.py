@@ -103,17 +103,22 @@ class Baselines:
             availability.update(f.baseline.availability)
         policies: dict[str, Policy] = {}
         used: dict[Path, int] = {}
+        on: dict[Path, set] = {}
         for name, fp in ran_on.items():
             j = self.judging(name, fp, policy)
             if j.record is not None:
                 records[name] = j.record
                 used[j.file.path] = used.get(j.file.path, 0) + 1
+                on.setdefault(j.file.path, set()).add(fp.gpu_uuid)
             policies[name] = j.policy
         base = dataclasses.replace(self.lead.baseline, benchmarks=records, availability=availability)
-        return base, policies, self.describe(used, ran_on)
+        return base, policies, self.describe(used, ran_on, on)
 
-    def describe(self, used: Mapping[Path, int], ran_on: Mapping[str, Fingerprint]) -> list[str]:
-        """``baselines: 12 benchmarks vs units/GPU-….json (that unit), 3 vs approved.json (...)``."""
+    def describe(self, used: Mapping[Path, int], ran_on: Mapping[str, Fingerprint],
+                 on: Mapping[Path, set] | None = None) -> list[str]:
+        """``baselines: 12 benchmarks vs units/GPU-….json (that unit), 3 vs approved.json (...)``:
+        "that unit" only when every benchmark a file judged ran on the unit that recorded it
+        (``on``: the GPUs of the benchmarks each file judged)."""
         uuids = {fp.gpu_uuid for fp in ran_on.values()}
         if not used or (len(used) == 1 and not self.units and len(uuids) < 2):
             return []
@@ -122,8 +127,8 @@ class Baselines:
             n = used.get(f.path, 0)
             if not n:
                 continue
-            own = f.baseline.fingerprint.gpu_uuid
-            why = "that unit" if f.unit else (
-                "that unit" if own is not None and uuids == {own} else "another or unknown unit: less sensitive")
+            own = f.unit or f.baseline.fingerprint.gpu_uuid
+            ran = (on or {}).get(f.path, uuids)
+            why = "that unit" if own is not None and ran == {own} else "another or unknown unit: less sensitive"
             parts.append(f"{n} vs {f.label()} ({why})")
         return [f"baselines: {'; '.join(parts)}"]

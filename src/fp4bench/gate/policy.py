@@ -9,7 +9,6 @@ stack change that throttles more is itself a regression users want to see.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from fp4bench.gate import rule
@@ -31,15 +30,9 @@ class Policy:
     and the offset of another unit, which enters only when ``other_unit`` (set by
     ``unit.for_changes`` for a baseline from another or an unknown GPU unit); ``unit_sigma`` > 0
     overrides that offset for every class. ``min_samples``: fewer samples on either side is no
-    measurement (AMBIGUOUS, undecided).
-
-    ``drift``, ``alpha`` and ``noise_k`` belong to no rule of the gate; they are parsed so that
-    command lines naming them still run, and change no verdict (``--fp4-drift`` warns)."""
+    measurement (AMBIGUOUS, undecided)."""
 
     floor: float = 0.05
-    drift: float = 0.0  # deprecated: not applied
-    alpha: float = 0.05  # deprecated: not applied
-    noise_k: float = 2.0  # deprecated: not applied
     margin: float = rule.RuleSettings.margin
     #: of the lower bound a FAIL needs: 0.99 for the stored gate, where a FAIL also rests on two
     #: windows in fresh placement sets (``run.windows``): with it and 6 windows at most, +5 % on one
@@ -82,12 +75,6 @@ class Policy:
     def __post_init__(self) -> None:
         if not (0 < self.floor < 10):
             raise ValueError(f"Policy.floor is a relative change (0.05 = 5 %), got {self.floor}")
-        if not (0 <= self.drift < 10):
-            raise ValueError(f"Policy.drift is a relative change (0.02 = 2 %), got {self.drift}")
-        if not (0 < self.alpha < 1):
-            raise ValueError(f"Policy.alpha must be in (0, 1), got {self.alpha}")
-        if not (math.isfinite(self.noise_k) and self.noise_k >= 0):
-            raise ValueError(f"Policy.noise_k must be a finite number >= 0, got {self.noise_k}")
         if self.min_samples < 2:
             raise ValueError(f"Policy.min_samples must be >= 2, got {self.min_samples}")
         if self.throttle not in THROTTLE_POLICIES:

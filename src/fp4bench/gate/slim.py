@@ -76,13 +76,18 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def write_slim(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
-    """Write ``baseline`` to ``path`` in the slim format, atomically, after reading the text back
-    (what is written is a valid baseline with the same samples)."""
-    p = Path(path)
+def slim_document(baseline: Baseline, path: str | os.PathLike[str]) -> str:
+    """``baseline`` in the slim format, checked by reading the text back (what is written is a
+    valid baseline with the same samples); ``path`` names it in errors."""
     text = slim_text(baseline)
-    again = parse_text(text, source=str(p))
+    again = parse_text(text, source=str(path))
     if {k: r.windows for k, r in again.benchmarks.items()} != {k: r.windows for k, r in baseline.benchmarks.items()}:
-        raise BaselineError(f"{p}: the slim text does not read back to the same samples; nothing written")
-    write_text(p, text)
+        raise BaselineError(f"{path}: the slim text does not read back to the same samples; nothing written")
+    return text
+
+
+def write_slim(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
+    """Write ``baseline`` to ``path`` in the slim format (``slim_document``), atomically."""
+    p = Path(path)
+    write_text(p, slim_document(baseline, p))
     return p

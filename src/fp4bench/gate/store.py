@@ -30,27 +30,19 @@ from typing import Iterable
 
 from fp4bench.env import Fingerprint
 from fp4bench.gate.baseline import BaselineError, load_baseline
+from fp4bench.outputs import OutputError, reserve as _reserve
+from fp4bench.protected import GPU_UUID, protected
 
 APPROVED = "approved.json"
 CANDIDATES = "candidates"
 UNITS = "units"
-_UUID = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
+_UUID = GPU_UUID
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 def utc_stamp(now: datetime | None = None) -> str:
     """``now`` (default: the current time) as ``YYYYmmddTHHMMSSZ`` in UTC: a candidate's name."""
     return (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def _reserve(path: Path) -> bool:
-    """Create ``path`` empty if no file has that name; atomic, so two runs never get one name."""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
 
 
 def _unique(path: Path) -> Path:
@@ -84,11 +76,17 @@ def approved_path(root: str | os.PathLike[str], slug: str) -> Path:
 
 def unit_path(root: str | os.PathLike[str], slug: str, uuid: str) -> Path:
     """``<root>/<slug>/units/<uuid>.json``; ``uuid`` must look like an NVML GPU UUID
-    (``GPU-`` and hex digits), so it can never name a path outside the folder."""
+    (``GPU-`` or a MIG instance's ``MIG-``, then hex digits), so it can never name a path outside
+    the folder; a ``units`` folder that resolves outside the GPU folder (a symlink) is refused."""
     if not isinstance(uuid, str) or not _UUID.fullmatch(uuid):
-        raise BaselineError(f"GPU UUID {uuid!r} is not of the form GPU-<hex digits>; refusing to use it as a "
-                            "file name")
-    return gpu_dir(root, slug) / UNITS / f"{uuid}.json"
+        raise BaselineError(f"GPU UUID {uuid!r} is not of the form GPU-<hex digits> (or MIG-<hex digits>); "
+                            "refusing to use it as a file name")
+    d = gpu_dir(root, slug)
+    units = d / UNITS
+    if units.exists() and units.resolve().parent != d.resolve():
+        raise BaselineError(f"{units} resolves to {units.resolve()}, outside the baseline folder {d}; refusing "
+                            "to use it")
+    return units / f"{uuid}.json"
 
 
 def candidate_path(root: str | os.PathLike[str], slug: str, now: datetime | None = None) -> Path:
@@ -97,13 +95,18 @@ def candidate_path(root: str | os.PathLike[str], slug: str, now: datetime | None
     return _unique(gpu_dir(root, slug) / CANDIDATES / f"{utc_stamp(now)}.json")
 
 
-def reserve_path(path: str | os.PathLike[str]) -> Path:
+def reserve_path(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]] = ()) -> Path:
     """Reserve an explicitly named result file: it must end in ``.json``, must not exist (a run
-    never overwrites a file: not a source file, not an earlier run) and must not be named
-    ``approved.json`` (only ``approve`` writes that, keeping history)."""
+    never overwrites a file: not a source file, not an earlier run) and must not be a protected
+    file (``fp4bench.outputs.protected``: an ``approved.json``, a unit's baseline, anything under a
+    baselines root ``roots`` but a new candidate; only ``approve`` writes those, keeping history)."""
     p = Path(path)
-    if p.name == APPROVED:
-        raise BaselineError(f"{p}: a run is never saved as {APPROVED}; save a candidate and use "
+    try:
+        guard = protected(p, roots)
+    except OutputError as exc:
+        raise BaselineError(str(exc)) from None
+    if guard is not None and guard[1] != "candidate":
+        raise BaselineError(f"{p}: is {guard[0]}; a run is never saved as one; save a candidate and use "
                             "'fp4bench baseline approve'")
     if p.suffix != ".json":
         raise BaselineError(f"{p}: a result file name must end in .json")
@@ -128,9 +131,11 @@ def publish(path: Path) -> bool:
     """Move the finished ``partial_path(path)`` onto ``path`` (atomic); when nothing was written
     (no benchmark ran) remove the empty reservation. True when ``path`` now holds a result."""
     part = partial_path(path)
-    if part.is_file():
+    if part.is_file() and part.stat().st_size > 0:
         os.replace(part, path)
         return True
+    if part.is_file():
+        part.unlink()  # pytest-benchmark failed before writing a byte
     if path.is_file() and path.stat().st_size > 0:  # written directly (beside a user's --benchmark-json)
         return True
     if path.is_file():

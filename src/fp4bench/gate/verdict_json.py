@@ -26,8 +26,8 @@ import math
 from typing import Any, Mapping, Sequence
 
 from fp4bench.gate.compare import CompareResult, delta_spread
-from fp4bench.gate.coverage import OUTCOME
-from fp4bench.gate.record import is_number, short
+from fp4bench.gate.coverage import EXIT_OK, EXIT_REGRESSION, OUTCOME
+from fp4bench.gate.record import finite, short
 from fp4bench.gate.verdict import Status, Verdict
 
 FORMAT = "fp4bench-verdict"
@@ -122,7 +122,7 @@ def _check(ok: bool, where: str, what: str, value: Any) -> None:
 
 
 def _number_or_null(x: Any) -> bool:
-    return x is None or is_number(x)
+    return x is None or finite(x)
 
 
 def _count(x: Any) -> bool:
@@ -154,7 +154,7 @@ def validate(doc: Any) -> dict[str, Any]:
         _check(d[key] is None or isinstance(d[key], dict), f"verdict JSON {key!r}", "an object or null", d[key])
     if d["delta_spread"] is not None:
         for k, x in _keys(d["delta_spread"], SPREAD_KEYS, "verdict JSON 'delta_spread'").items():
-            _check(is_number(x), f"verdict JSON 'delta_spread'[{k!r}]", "a number", x)
+            _check(finite(x), f"verdict JSON 'delta_spread'[{k!r}]", "a finite number", x)
     _check(isinstance(d["changes"], list), "verdict JSON 'changes'", "a list", d["changes"])
     for i, c in enumerate(d["changes"]):
         _keys(c, ("key", "old", "new"), f"verdict JSON 'changes'[{i}]")
@@ -168,7 +168,43 @@ def validate(doc: Any) -> dict[str, Any]:
         seen[b["status"]] += 1
     if seen != counts:
         raise VerdictJsonError(f"verdict JSON 'counts' {counts} do not count its benchmarks ({seen})")
+    _meaning(d)
     return d
+
+
+def _meaning(d: dict[str, Any]) -> None:
+    """What the document says agrees with itself: each benchmark named once, and the exit code
+    with its benchmarks: 1 (regression) needs a measured benchmark that fails the gate (MISSING is
+    a coverage gap); 0 (no regression) none that fails it; 3 (incomplete) no FAIL that fails it
+    (a FAIL is a regression, which wins over incomplete)."""
+    names: dict[str, int] = {}
+    for i, b in enumerate(d["benchmarks"]):
+        if b["name"] in names:
+            raise VerdictJsonError(f"verdict JSON 'benchmarks'[{i}]: {b['name']!r} is also benchmark "
+                                   f"[{names[b['name']]}]; each benchmark is judged once")
+        names[b["name"]] = i
+    code = d["exit_code"]
+    failing = [b["name"] for b in d["benchmarks"] if b["fails_gate"]
+               and (b["status"] == Status.FAIL.value or code == EXIT_OK)]
+    if failing and code != EXIT_REGRESSION:
+        raise VerdictJsonError(f"verdict JSON 'exit_code' {code} contradicts its benchmarks: {len(failing)} fail the "
+                               f"gate ({short(failing)})")
+    measured = [b for b in d["benchmarks"] if b["fails_gate"] and b["status"] != Status.MISSING.value]
+    if not measured and code == EXIT_REGRESSION:
+        raise VerdictJsonError(f"verdict JSON 'exit_code' {EXIT_REGRESSION} (regression) contradicts its "
+                               "benchmarks: none of them fails the gate")
+
+
+def loads(text: str) -> dict[str, Any]:
+    """Read and ``validate`` a verdict JSON text; ``NaN``/``Infinity`` (which Python's json reads
+    but JSON has not) are refused by name."""
+    def constant(name: str) -> Any:
+        raise VerdictJsonError(f"verdict JSON: {name} is not a JSON number")
+    try:
+        doc = json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise VerdictJsonError(f"verdict JSON: not JSON ({exc})") from None
+    return validate(doc)
 
 
 def _benchmark(b: Any, where: str) -> None:
@@ -181,7 +217,7 @@ def _benchmark(b: Any, where: str) -> None:
     for key in ("fails_gate", "improved", "dispatch_changed"):
         _check(isinstance(b[key], bool), f"{where} {key!r}", "true or false", b[key])
     for key in ("base_median_s", "new_median_s", "delta_pct"):
-        _check(_number_or_null(b[key]), f"{where} {key!r}", "a number or null", b[key])
+        _check(_number_or_null(b[key]), f"{where} {key!r}", "a finite number or null", b[key])
     iv = b["interval_pct"]
     _check(iv is None or (isinstance(iv, list) and len(iv) == 2 and all(_number_or_null(x) for x in iv)),
            f"{where} 'interval_pct'", "[lower, upper] or null", iv)

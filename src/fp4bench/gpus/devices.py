@@ -49,6 +49,9 @@ def _fake() -> list[tuple[str, str]] | None:
     uuids = [u.strip() for u in spec.split(",") if u.strip()]
     if not all(u.startswith(("GPU-", "MIG-")) for u in uuids):
         raise GpuListError(f"{FAKE_ENV}={spec!r}: expected a count or comma-separated GPU-... UUIDs")
+    twice = sorted({u for u in uuids if uuids.count(u) > 1})
+    if twice:  # two workers pinned to one GPU would each run half of the other's share
+        raise GpuListError(f"{FAKE_ENV}={spec!r}: names {', '.join(twice)} twice; a GPU is listed once")
     return [(u, "Fake GPU") for u in uuids]
 
 

@@ -1,7 +1,7 @@
 """docs/options.md from the registry: ``python -m fp4bench.options.doc > docs/options.md``.
 
-One table row per option (name, the front ends that take it, default, meaning) and one per
-deprecated spelling; tests/options/test_options_registry.py checks that the committed file is this text.
+One table row per option (name, the front ends that take it, default, meaning, and for a number
+its bounds); tests/options/test_options_registry.py checks that the committed file is this text.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ Every option of every front end, generated from `src/fp4bench/options/registry.p
 (`python -m fp4bench.options.doc > docs/options.md`; `tests/options/test_options_registry.py` checks that
 this file is in step). The pytest plugin spells an option `--fp4-<name>` (`pytest bench --fp4-floor 3`),
 each `fp4bench` command `--<name>` (`fp4bench compare A.json B.json --floor 3`); one name has one
-meaning wherever it is taken. A front end may give an option its own default (the default column
+meaning wherever it is taken, and one spelling (no aliases; an abbreviation such as `--model` for
+`--models` is refused). `-` is standard output for every option that writes one document
+(`--verdict-json`, `--markdown`, `--csv`, `--rows-json`, `baseline migrate --out`, `stack freeze
+--file`); options that name a folder or an on-disk record (`--out` of `report`, `--baselines`,
+`--fp4-log`, `--benchmark-json`) refuse it (docs/outputs.md). A front end may give an option its own default (the default column
 names the exceptions) or say more about it (the meaning column, by front end). A default of "–" is
 "not given": the meaning says what applies then.
 """
@@ -55,9 +59,18 @@ def _default(o: Option) -> str:
 def _meaning(o: Option) -> str:
     own = [f"*{front}*: {_help(o.on(front))}" for front in o.fronts
            if "help" in o.per_front.get(front, {})]
-    if len(own) == len(o.fronts):
-        return "<br>".join(own)
-    return "<br>".join([_help(o), *own])
+    text = "<br>".join(own) if len(own) == len(o.fronts) else "<br>".join([_help(o), *own])
+    bounds = {f: b for f in o.fronts if (b := bounds_of(o.on(f))) is not None}
+    if bounds:
+        kinds = set(bounds.values())
+        text += "<br>bounds: " + (next(iter(kinds)) if len(kinds) == 1 and len(bounds) == len(o.fronts)
+                                  else "; ".join(f"{f}: {b}" for f, b in bounds.items()))
+    return text
+
+
+def bounds_of(o: Option) -> str | None:
+    """The documented bounds of a numeric option's value (its type's ``bounds``), None for others."""
+    return getattr(o.type, "bounds", None)
 
 
 def _flags(o: Option) -> str:
@@ -68,12 +81,7 @@ def _flags(o: Option) -> str:
 def render() -> str:
     rows = ["| option | front ends | default | meaning |", "|---|---|---|---|"]
     rows += [f"| {_flags(o)} | {', '.join(o.fronts)} | {_default(o)} | {_meaning(o)} |" for o in OPTIONS]
-    old = ["| old spelling | front end | use instead |", "|---|---|---|"]
-    old += [f"| `{o.old_flag(front)}` | {front} | `{o.flag(front)}` |" for o in OPTIONS for front in o.fronts
-            if o.old_flag(front) is not None]
-    return (HEADER + "\n" + "\n".join(rows) + "\n\n## Deprecated spellings\n\nAn old spelling still works for "
-            "one release: it parses into the same value and warns once, naming the new spelling.\n\n"
-            + "\n".join(old) + "\n")
+    return HEADER + "\n" + "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":

@@ -3,9 +3,8 @@
 The pytest plugin spells an option ``--fp4-<name>``, a command ``--<name>`` (``Option.flag``);
 ``--fp4-floor`` and ``fp4bench compare --floor`` are one option. It means the same wherever it is
 taken; a front end may give it its own default, bounds or help wording (``per_front``): ``--floor``
-is 5 % in a gated pytest run and 3 % in ``fp4bench ab``, whose two stacks run side by side. A
-deprecated spelling (``old``) parses into the same value and warns once, naming the new spelling
-(``options.adapters``, ``options.deprecated``).
+is 5 % in a gated pytest run and 3 % in ``fp4bench ab``, whose two stacks run side by side. An
+option has exactly one spelling on each front end.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ _NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")
 class Option:
     """``name`` (``--fp4-<name>`` / ``--<name>``), ``help`` (its meaning; ``%(default)s`` is
     expanded as argparse does), ``fronts`` (the front ends that take it), the argparse value
-    settings, ``per_front`` (front end -> its own ``PER_FRONT`` values) and ``old`` (front end ->
-    a deprecated name there)."""
+    settings and ``per_front`` (front end -> its own ``PER_FRONT`` values)."""
 
     name: str
     help: str
@@ -46,7 +44,6 @@ class Option:
     const: Any = None
     required: bool = False
     per_front: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    old: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         what = f"option {self.name!r}"
@@ -56,19 +53,16 @@ class Option:
             raise ValueError(f"{what}: no help")
         if not self.fronts or len(set(self.fronts)) != len(self.fronts):
             raise ValueError(f"{what}: fronts must name each front end once, got {self.fronts}")
-        for front in (*self.fronts, *self.per_front, *self.old):
+        for front in (*self.fronts, *self.per_front):
             if front not in FRONT_ENDS:
                 raise ValueError(f"{what}: unknown front end {front!r}; known: {', '.join(FRONT_ENDS)}")
-        for front in (*self.per_front, *self.old):
+        for front in self.per_front:
             if front not in self.fronts:
-                raise ValueError(f"{what}: {front!r} sets its own value or spelling but does not take the option")
+                raise ValueError(f"{what}: {front!r} sets its own value but does not take the option")
         for front, values in self.per_front.items():
             bad = sorted(set(values) - set(PER_FRONT))
             if bad:
                 raise ValueError(f"{what}: {front} may set only {', '.join(PER_FRONT)}, got {', '.join(bad)}")
-        for front, old in self.old.items():
-            if old == self.name or not _NAME.match(old):
-                raise ValueError(f"{what}: {front}'s deprecated name {old!r} is not another option name")
         if self.action not in ACTIONS:
             raise ValueError(f"{what}: action {self.action!r} is not one of {ACTIONS}")
 
@@ -80,11 +74,6 @@ class Option:
 
     def flag(self, front: str) -> str:
         return _flag(self.name, front)
-
-    def old_flag(self, front: str) -> str | None:
-        """The deprecated spelling ``front`` still takes, None without one."""
-        old = self.old.get(front)
-        return None if old is None else _flag(old, front)
 
     def arguments(self) -> dict[str, Any]:
         """Keyword arguments for argparse's ``add_argument`` / pytest's ``addoption``."""

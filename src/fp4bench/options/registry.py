@@ -6,8 +6,9 @@ One name has one meaning: ``--min-samples`` is the fewest samples a case is time
 verdict's threshold is ``--verdict-min-samples``; ``--same-unit`` refuses a baseline of another
 GPU, ``power --assume-same-unit`` assumes the same GPU; ``--baseline-file`` is a file,
 ``--baselines`` the folder of approved baselines; ``--time-budget`` is a case's sampling time,
-``--run-budget`` a whole run's; the verdict JSON is ``--verdict-json`` everywhere. Old spellings
-still parse and warn (``Option.old``).
+``--run-budget`` a whole run's; the verdict JSON is ``--verdict-json`` everywhere. Each option has
+one spelling per front end (no aliases; parsers never take abbreviations) and every numeric option
+documented bounds (its type, ``options.values``).
 
 Defaults that another module owns are written here as numbers, so that ``--help`` imports
 nothing heavy, and checked against their owner in tests/options/test_options.py (``gate.policy.Policy``,
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fp4bench.options.option import COMMANDS, FRONT_ENDS, PYTEST, Option
-from fp4bench.options.values import (DEFAULT_REPLAYS, MEMORY_FRACTION, MIN_COPIES, alpha, at_least, copy_count,
-                                     env_pair, int_list, nonneg_seconds, percent, positive_seconds, seed, slowdowns)
+from fp4bench.options.values import (DEFAULT_REPLAYS, MEMORY_FRACTION, MIN_COPIES, at_least, copy_count, env_pair,
+                                     fraction, int_in, int_list, nonneg_seconds, percent, positive_seconds, seed,
+                                     slowdowns)
 
 __all__ = ["COMMANDS", "FRONT_ENDS", "OPTIONS", "PYTEST", "Option", "option", "options_of", "policy_kwargs"]
 
@@ -35,18 +37,21 @@ GPUS_SYNTAX = ("all, or comma-separated GPU indices (positions among the visible
 #: the GPU names ``measure.peaks.gpu_by_name`` knows (tests/options/test_options.py checks)
 KNOWN_GPUS = "h100, h200, b200, gb200, b300, gb300, rtx-pro-6000, rtx-5090"
 DISPATCH_POLICIES = ("report", "fail")
+#: most independent windows per case: each is a fresh capture over the whole sweep
+MAX_WINDOWS = 100
+#: the largest GEMM dimension ``fidelity`` takes
+MAX_DIM = 1 << 20
 
 OPTIONS: tuple[Option, ...] = (
     # --- what to measure; None defaults mean "not given": a gated pytest run takes the
     # --- baseline's value then (``run.sweep.sweep_options``), else the default named in the help
     Option("models", "comma-separated models, or all (default glm-5)", (*SWEEPS, *DECODE),
-           per_front={f: {"default": "glm-5"} for f in DECODE}, old={f: "model" for f in DECODE}),
+           per_front={f: {"default": "glm-5"} for f in DECODE}),
     Option("batches", "decode batch sizes (default 1,64,512 on a GPU, 1,16 on a CPU)", (*SWEEPS, *DECODE),
            per_front={"units": {"default": "1,64,512", "help": "decode batch sizes (default %(default)s: batch 1 and "
                                 "64 memory-bound, the dense rows of 512 compute-bound on an H200)"},
                       "workload": {"default": "512,1024", "help": "decode batch sizes, comma-separated (default %(default)s)"},
-                      "shapes": {"default": "512", "help": "decode batch sizes, comma-separated (default %(default)s)"}},
-           old={f: "batch" for f in DECODE}),
+                      "shapes": {"default": "512", "help": "decode batch sizes, comma-separated (default %(default)s)"}}),
     Option("tp", "tensor-parallel sizes, comma-separated (default 1)", (*SWEEPS, *DECODE),
            per_front={f: {"default": "1"} for f in DECODE}),
     Option("routing", "routings: uniform, zipf:<s> (comma-separated; default uniform)", (*SWEEPS, "shapes"),
@@ -73,10 +78,11 @@ OPTIONS: tuple[Option, ...] = (
            "(copy mismatch); on a CPU, given, it makes that many copies too (default one there)", SWEEPS,
            type=copy_count),
     # --- how one case is timed (pytest)
-    Option("time-budget", "seconds of sampling per case (default 1 on a GPU, 0.3 on a CPU)", (PYTEST,), type=float),
+    Option("time-budget", "seconds of sampling per case (default 1 on a GPU, 0.3 on a CPU)", (PYTEST,),
+           type=positive_seconds),
     Option("target-ci", "stop sampling once the 95%% CI of the median is this narrow, relative (default %(default)g)",
-           (PYTEST,), type=float, default=0.005),
-    Option("min-samples", "fewest samples the timer takes per case (default %(default)d)", (PYTEST,), type=int,
+           (PYTEST,), type=fraction, default=0.005),
+    Option("min-samples", "fewest samples the timer takes per case (default %(default)d)", (PYTEST,), type=at_least(1),
            default=10),
     Option("replays", "after timing, replay each case this many times with its inputs alternating between two "
            "operand sets and check every output (replay mismatch; fewer for a call too long for 5%% of the time "
@@ -90,15 +96,13 @@ OPTIONS: tuple[Option, ...] = (
                                             ".calibration.json (default %(default)s)"}}),
     Option("baseline-file", "a baseline file to gate against (default: with --benchmark-compare, "
            "baselines/<gpu>/approved.json)", (PYTEST, "report"),
-           per_front={"report": {"help": "a baseline file: adds the verdict and the Δ%% plot (default: none)"}},
-           old={PYTEST: "baseline", "report": "baseline"}),
+           per_front={"report": {"help": "a baseline file: adds the verdict and the Δ%% plot (default: none)"}}),
     Option("save-baseline", "write this run as a candidate baseline (default path "
            "baselines/<gpu>/candidates/<UTC>.json)", (PYTEST,), nargs="?", const="auto"),
     Option("same-unit", "refuse a baseline recorded on another physical GPU (driver-upgrade sequence)", (PYTEST,),
            action="store_true", default=False),
     Option("assume-same-unit", "A and B come from one GPU though their fingerprints lack a UUID: judge them as one "
-           "unit (no unit-to-unit offset in the error term)", ("power",), action="store_true", default=False,
-           old={"power": "same-unit"}),
+           "unit (no unit-to-unit offset in the error term)", ("power",), action="store_true", default=False),
     # --- how the gate decides; the defaults are gate.policy.Policy's (tests/options/test_options.py checks)
     Option("floor", "smallest slowdown that must fail, in %% (default %(default)g)",
            (*GATES, "power", "units", "bisect", "baseline approve", "calibrate"), type=percent, default=5.0,
@@ -110,34 +114,29 @@ OPTIONS: tuple[Option, ...] = (
                       "units": {"default": 10.0, "help": "smallest slowdown of a unit against its siblings that "
                                 "must fail, in %% (default %(default)g: its guard band, half of it, stays above "
                                 "4.2 %%, the largest offset of one kernel measured between H200 machines)"}}),
-    Option("drift", "deprecated, no longer applied: the spread between windows comes from the windows (default: "
-           "unset)", (PYTEST, "compare", "power"), type=percent),
-    Option("alpha", "deprecated, no longer applied: the rule's bounds are gate.rule.RuleSettings.confidence "
-           "(default: unset)", (PYTEST, "compare", "power"), type=alpha),
     Option("allow-missing", "benchmarks of the baseline that were not measured do not fail the gate", GATES,
            action="store_true"),
     Option("allow-ambiguous", "INVALID verdicts and too-few-samples benchmarks do not fail the gate (they do by "
            "default)", GATES, action="store_true"),
     Option("fail-on-ambiguous", "every AMBIGUOUS verdict fails the gate too", (*GATES, "units"), action="store_true",
            per_front={"units": {"help": "a unit with an AMBIGUOUS benchmark is flagged too"}}),
-    Option("noise-k", "deprecated, no longer applied: noise widens each benchmark's interval (default %(default)g)",
-           ("compare",), type=float, default=2.0),
     Option("verdict-min-samples", "fewer samples on either side => AMBIGUOUS (default %(default)d)", ("compare",),
-           type=int, default=5, old={"compare": "min-samples"}),
+           type=at_least(2), default=5),
     Option("dispatch", "kernel-set change: report it or fail (default %(default)s)", ("compare",),
            choices=DISPATCH_POLICIES, default="report"),
     # --- independent windows
     Option("no-confirm", "judge the first window only (no further window for an undecided benchmark)", (PYTEST,),
            action="store_true", default=False),
     Option("windows", "independent windows per case, taken in interleaved passes over the sweep (default 3 with "
-           "--fp4-save-baseline, else 1)", (PYTEST, "units", "calibrate"), type=int,
-           per_front={"units": {"type": at_least(2), "default": 3, "help": "independent windows per benchmark and "
-                                "unit, each in fresh device memory with its own capture (default %(default)d)"},
-                      "calibrate": {"type": at_least(3), "default": 4, "help": "passes per process: 2 in one "
-                                    "placement, the rest each in a fresh placement set (default %(default)d)"}}),
+           "--fp4-save-baseline, else 1)", (PYTEST, "units", "calibrate"), type=int_in(1, MAX_WINDOWS),
+           per_front={"units": {"type": int_in(2, MAX_WINDOWS), "default": 3, "help": "independent windows per "
+                                "benchmark and unit, each in fresh device memory with its own capture (default "
+                                "%(default)d)"},
+                      "calibrate": {"type": int_in(3, MAX_WINDOWS), "default": 4, "help": "passes per process: 2 in "
+                                    "one placement, the rest each in a fresh placement set (default %(default)d)"}}),
     Option("max-windows", "most windows an undecided benchmark takes in its test (default %(default)s)",
-           (PYTEST, "units"), type=int, default=6,
-           per_front={"units": {"type": at_least(2), "default": 6, "help": "windows a benchmark still undecided for "
+           (PYTEST, "units"), type=int_in(1, MAX_WINDOWS), default=6,
+           per_front={"units": {"type": int_in(2, MAX_WINDOWS), "default": 6, "help": "windows a benchmark still undecided for "
                                 "some unit may grow to (default %(default)d)"}}),
     Option("window-samples", "timed samples per window (default %(default)d)", ("units", "calibrate"),
            type=at_least(3), default=10),
@@ -146,7 +145,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("per-class", "benchmarks of each class (dense, grouped, moe) to measure (default %(default)d)",
            ("calibrate",), type=at_least(1), default=4),
     Option("window-budget", "seconds a run may spend on windows undecided benchmarks ask for (default %(default)s)",
-           (PYTEST,), type=float, default=120.0),
+           (PYTEST,), type=nonneg_seconds, default=120.0),
     # --- worker processes
     Option("isolate", "run each case in a worker process: a crash, hang or poisoned CUDA context costs one case",
            (PYTEST,), action="store_true", default=False),
@@ -173,8 +172,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("b", "candidate stack: python interpreter or venv directory", ("ab",), required=True),
     Option("a-env", "environment variable only side A gets (repeatable)", AB, type=env_pair, action="append",
            default=[], metavar="KEY=VALUE",
-           per_front={PYTEST: {"help": WITH_AB + "an environment variable for side A's workers only (repeatable)"}},
-           old={PYTEST: "ab-env"}),
+           per_front={PYTEST: {"help": WITH_AB + "an environment variable for side A's workers only (repeatable)"}}),
     Option("b-env", "environment variable only side B gets (repeatable)", ("ab",), type=env_pair, action="append",
            default=[], metavar="KEY=VALUE"),
     Option("a-plugin", "backend module only side A loads (repeatable; --plugin loads one on both sides)", ("ab",),
@@ -184,19 +182,16 @@ OPTIONS: tuple[Option, ...] = (
            metavar="MODULE"),
     Option("replicates", "worker processes per side, each an independent replicate (default %(default)d)", AB,
            type=at_least(2), default=6, per_front={PYTEST: {"help": WITH_AB + "worker processes per side, each an "
-                                                                     "independent replicate (default %(default)d)"}},
-           old={PYTEST: "ab-replicates"}),
+                                                                     "independent replicate (default %(default)d)"}}),
     Option("rounds", "timing rounds every benchmark gets, each visiting every process (default %(default)d)", AB,
            type=at_least(2), default=6, per_front={PYTEST: {"help": WITH_AB + "timing rounds every benchmark gets, "
-                                                                     "each visiting every process (default %(default)d)"}},
-           old={PYTEST: "ab-rounds"}),
+                                                                     "each visiting every process (default %(default)d)"}}),
     Option("max-rounds", "rounds an undecided benchmark may grow to (default %(default)d)", ("ab",), type=at_least(2),
            default=40),
     Option("max-resident", "at most this many processes hold one benchmark at once; beyond it the process pairs take "
            "turns (default: as many as the GPU's free memory holds, read at the first capture)", AB, type=at_least(2),
            per_front={PYTEST: {"help": WITH_AB + "at most this many processes hold one benchmark at once; beyond it "
-                                      "the process pairs take turns (default: as many as the GPU's free memory holds)"}},
-           old={PYTEST: "ab-max-resident"}),
+                                      "the process pairs take turns (default: as many as the GPU's free memory holds)"}}),
     Option("placement", "process: one placement set per process and benchmark (each capture already rotates over "
            "--min-copies operand copies, each its own allocation); round: also every round after a process's first in "
            "fresh device memory, ~0.3-0.7 s more a round and process (default %(default)s)", ("ab",),
@@ -204,11 +199,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("round-samples", "samples per process and round, at most: a benchmark whose replay is longer than 0.25 s / "
            "this takes fewer, at least 3, the same on both sides (default %(default)d)", AB, type=at_least(3),
            default=10, per_front={PYTEST: {"help": WITH_AB + "samples per process and round, at most (default "
-                                                   "%(default)d)"}},
-           old={PYTEST: "ab-round-samples"}),
+                                                   "%(default)d)"}}),
     Option("round-timing", "what a sample of a round times: span: the graph replay's event span per call, profiler "
            "kept out of the rounds (default); cupti: kernel busy time, every round profiled (slower)", ("ab",),
-           choices=("span", "cupti"), default="span", old={"ab": "timer"}),
+           choices=("span", "cupti"), default="span"),
     Option("run-budget", "seconds for the whole run: undecided benchmarks get further rounds or windows only while "
            "the run fits in it (default %(default)g)", (PYTEST, "ab", "units", "calibrate"), type=positive_seconds,
            default=600.0,
@@ -216,8 +210,7 @@ OPTIONS: tuple[Option, ...] = (
                                       "only while it fits (default %(default)g)", "default": 1800.0},
                       "ab": {"default": 1800.0},
                       "calibrate": {"default": 300.0, "help": "seconds for the calibration: no further pass or "
-                                    "process starts after it (at least 3 passes in 2 processes; default %(default)g)"}},
-           old={PYTEST: "ab-time-budget", "ab": "time-budget", "units": "time-budget"}),
+                                    "process starts after it (at least 3 passes in 2 processes; default %(default)g)"}}),
     Option("benchmark-budget", "seconds of added measurement one benchmark may take (default %(default)g)", ("ab",),
            type=positive_seconds, default=120.0),
     # --- the GPUs of the host a command spreads over (fp4bench.gpus.select)
@@ -235,17 +228,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("verdict-json", "write the verdict as JSON here (checked before the run; default: not written)",
            (PYTEST, "compare", "ab", "units"), metavar="PATH",
            per_front={"compare": {"help": "also write the verdict as JSON ('-': print it instead of the table; "
-                                          "default: not written)"}},
-           old={"compare": "json", "ab": "json", "units": "json"}),
+                                          "default: not written)"}}),
     Option("markdown", "also write a markdown verdict, FAIL/MISSING first ('-': print it instead of the table); with "
            "$GITHUB_STEP_SUMMARY set it is appended there in any case; default: not written", ("compare",),
            metavar="PATH"),
     Option("csv", "write one CSV line per measured case (default: not written)", (PYTEST,), metavar="PATH"),
     Option("rows-json", "write the rows to this file (checked before the run; default: not written)", ("fidelity",),
-           type=Path, old={"fidelity": "json"}),
+           type=Path),
     Option("out", "where the command writes (default: see the command)", ("baseline migrate", "report"),
-           per_front={"baseline migrate": {"help": "write here (default: rewrite FILE in place; never an "
-                                                   "approved.json: use 'baseline approve')"},
+           per_front={"baseline migrate": {"help": "the slim file to write ('-': print it); never FILE itself and "
+                                                   "never a baseline: 'baseline approve' makes it one",
+                                           "required": True},
                       "report": {"help": "output folder (created; its parent must exist)", "required": True}}),
     Option("force", "do what a safety check refuses: replace an existing output file (never one the command reads)",
            (PYTEST, "compare", "fidelity", "ab", "units", "report", "baseline approve", "baseline migrate", "history",
@@ -266,7 +259,7 @@ OPTIONS: tuple[Option, ...] = (
                       "history": {"help": "overwrite an existing --plot file"}}),
     Option("title", "report title (default: fp4bench report)", ("report",)),
     Option("progress", "print 'N/M cases, elapsed, ETA' at most every SECONDS (default 30; 0: never)", (PYTEST,),
-           type=float, default=30.0, metavar="SECONDS"),
+           type=nonneg_seconds, default=30.0, metavar="SECONDS"),
     Option("benchmark-table", "also list fp4bench's cases in pytest-benchmark's own table (left out by default: "
            "fp4bench prints its own results table of the same samples)", (PYTEST,), action="store_true",
            default=False),
@@ -275,8 +268,8 @@ OPTIONS: tuple[Option, ...] = (
            type=slowdowns, default="0,3,4,5,6"),
     Option("ms", "GEMM M values (default %(default)s)", ("fidelity",), type=int_list,
            default="1,16,64,256,1024,4096,16384"),
-    Option("n", "GEMM N (default: GLM-5 gate_up, 2 x 2048)", ("fidelity",), type=int, default=4096),
-    Option("k", "GEMM K (default: GLM-5 hidden size)", ("fidelity",), type=int, default=6144),
+    Option("n", "GEMM N (default: GLM-5 gate_up, 2 x 2048)", ("fidelity",), type=int_in(1, MAX_DIM), default=4096),
+    Option("k", "GEMM K (default: GLM-5 hidden size)", ("fidelity",), type=int_in(1, MAX_DIM), default=6144),
     Option("budget", "seconds per timed / interleaved window (default %(default)g)", ("fidelity",),
            type=positive_seconds, default=1.0),
     Option("tolerance", "allowed |graph/eager - 1|, in %% (default %(default)g)", ("fidelity",), type=percent,
@@ -338,10 +331,6 @@ def _by_name(options: tuple[Option, ...]) -> dict[str, Option]:
         if o.name in out:
             raise ValueError(f"option {o.name!r} is defined twice: one name has one meaning")
         out[o.name] = o
-    for o in options:
-        for front, old in o.old.items():
-            if old in out and front in out[old].fronts:
-                raise ValueError(f"{front}: the deprecated --{old} of --{o.name} is also a current option there")
     return out
 
 
@@ -364,13 +353,7 @@ def options_of(front: str) -> tuple[Option, ...]:
 
 
 #: the gate options that become ``gate.policy.Policy`` fields (``policy_kwargs``)
-POLICY = ("floor", "drift", "alpha", "allow-missing", "allow-ambiguous", "fail-on-ambiguous")
-
-#: gate options that are still parsed but no longer change a verdict, and why
-DEPRECATED = {
-    "drift": "the gate judges window medians, whose spread it estimates from the windows themselves",
-    "alpha": "the sample-level test it set is gone; the rule's bounds are one-sided at RuleSettings.confidence",
-}
+POLICY = ("floor", "allow-missing", "allow-ambiguous", "fail-on-ambiguous")
 
 
 def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
@@ -379,12 +362,6 @@ def policy_kwargs(given: Callable[[str], Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in POLICY:
         v = given(name)
-        if v is None:
-            continue
-        if name in DEPRECATED:
-            from fp4bench.options.deprecated import warn_once
-
-            warn_once(name, f"fp4bench: --{name} no longer applies: {DEPRECATED[name]}")
-            continue
-        out[name.replace("-", "_")] = v / 100.0 if option(name).type is percent else v
+        if v is not None:
+            out[name.replace("-", "_")] = v / 100.0 if option(name).type is percent else v
     return out

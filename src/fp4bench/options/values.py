@@ -131,11 +131,11 @@ def percent(text: str) -> float:
     return v
 
 
-def alpha(text: str) -> float:
-    """A significance level in (0, 1)."""
-    v = _number(text, "a significance level like 0.05")
+def fraction(text: str) -> float:
+    """A relative width in (0, 1), e.g. ``0.005`` (0.5 %)."""
+    v = _number(text, "a fraction like 0.005")
     if not (0 < v < 1):
-        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1 (exclusive), got {v:g}")
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1 (exclusive), got {v:g}")
     return v
 
 
@@ -170,22 +170,37 @@ def seed(text: str) -> int:
     return v
 
 
-def int_in(lo: int, hi: int | None = None, what: str = "an integer") -> Callable[[str], int]:
-    """An argparse type: an integer in ``lo..hi`` (no upper bound when ``hi`` is None)."""
+def int_in(lo: int, hi: int, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: an integer in ``lo..hi`` (its ``bounds``, shown in docs/options.md)."""
     def parse(text: str) -> int:
+        short = text if len(text) <= 30 else text[:27] + "..."
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if hi is None else f"must be in {lo}..{hi}, got {v}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {short!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {lo}..{hi}, got {short}")
         return v
+    parse.bounds = f"{lo}..{hi}"  # type: ignore[attr-defined]
+    parse.__name__ = f"int_in_{lo}_{hi}"
     return parse
 
 
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``."""
-    return int_in(minimum)
+#: the largest count any numeric option takes (windows, rounds, samples, processes): far above
+#: what a run can spend, low enough that a typo (an extra digit, a 5001-digit number) is refused
+MAX_COUNT = 100_000
+
+
+def at_least(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse type: an integer in ``minimum..maximum``."""
+    return int_in(minimum, maximum)
+
+
+percent.bounds = "[0, 1000)"  # type: ignore[attr-defined]
+fraction.bounds = "(0, 1)"  # type: ignore[attr-defined]
+positive_seconds.bounds = "> 0, finite"  # type: ignore[attr-defined]
+nonneg_seconds.bounds = ">= 0, finite"  # type: ignore[attr-defined]
+seed.bounds = "0..2**63-1"  # type: ignore[attr-defined]
 
 
 #: a number of rotating operand copies, 1..``MAX_COPIES`` (``measure.copies``)
@@ -222,3 +237,7 @@ def slowdowns(text: str) -> list[float]:
             raise argparse.ArgumentTypeError(f"slowdown must be in (-100, 1000) %, got {v:g}")
         out.append(v / 100)
     return out
+
+
+int_list.bounds = "each >= 1"  # type: ignore[attr-defined]
+slowdowns.bounds = "each in (-100, 1000) %"  # type: ignore[attr-defined]

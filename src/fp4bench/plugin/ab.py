@@ -158,14 +158,27 @@ class AbPlugin:
         path = opt("fp4_verdict_json")
         if path:
             from fp4bench.gate.verdict_json import dumps
-            from fp4bench.outputs import write_atomic  # the path was checked before the run
+            from fp4bench.outputs import write_document  # the path was checked before the run
 
-            write_atomic(path, dumps(to_json(run, result)))
+            self._written(lambda: write_document(path, dumps(to_json(run, result))), "--fp4-verdict-json")
         from fp4bench.report.machine import verdict_markdown, write_step_summary
 
-        write_step_summary(verdict_markdown(result, baseline=f"side A: {item.against}"))
+        self._written(lambda: write_step_summary(verdict_markdown(result, baseline=f"side A: {item.against}")),
+                      "$GITHUB_STEP_SUMMARY")
         if self.failed:
             raise AbRegression(self.text, summary)
+
+    def _written(self, write, option: str) -> None:
+        """``write()``; a write that fails is one line naming the file and the run is incomplete
+        (exit 3), never a failed A/B test (exit 1 means a regression)."""
+        from fp4bench.outputs import WriteError
+
+        try:
+            write()
+        except WriteError as exc:
+            from fp4bench.plugin.session import session_of
+
+            session_of(self.config).save_error = f"fp4bench: {option}: {exc}; not written (run incomplete)"
 
     def _echo(self, line: str) -> None:
         """A line on the terminal from inside the running test (past output capture)."""

@@ -194,7 +194,12 @@ def json_to(config: pytest.Config, part: Path) -> bool:
     ``--benchmark-json``: then False, and that file stays theirs."""
     if config.getoption("benchmark_json", default=None) is not None:
         return False
-    config.option.benchmark_json = part if VERSION >= (5, 3) else open(part, "wb")
+    if VERSION >= (5, 3):
+        config.option.benchmark_json = part
+    else:
+        from fp4bench.outputs import open_for_library
+
+        config.option.benchmark_json = open_for_library(part)
     return True
 
 
@@ -233,7 +238,28 @@ def write_results(config: pytest.Config, entries: list[dict]) -> None:
         target.write(text)
         target.flush()
     else:
-        Path(target).write_bytes(text)
+        from fp4bench.outputs import write_atomic
+
+        write_atomic(target, text)
+
+
+def guard_save(config: pytest.Config, on_error: Any) -> None:
+    """pytest-benchmark writes its results file itself (session.py, ``BenchmarkSession.save_json``,
+    an ``open(..., "wb")``): a write that fails there (full disk, file-size limit) calls
+    ``on_error(exc)`` instead of ending the session in a traceback, so the caller can remove the
+    half-written file and say which file was not written."""
+    session = getattr(config, "_benchmarksession", None)
+    if session is None or getattr(session, "_fp4_guarded", False):
+        return
+    save = session.save_json
+
+    def guarded(output_json: dict) -> None:
+        try:
+            save(output_json)
+        except OSError as exc:
+            on_error(exc)
+
+    session.save_json, session._fp4_guarded = guarded, True
 
 
 def slim_copy(config: pytest.Config, baseline: Any) -> Path:
@@ -258,7 +284,9 @@ def slim_copy(config: pytest.Config, baseline: Any) -> Path:
     real = Path(baseline.source).resolve()
     tmp = folder.joinpath(*real.parts[1:])
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(json.dumps({"machine_info": machine, "commit_info": {}, "benchmarks": benches, "datetime": "",
+    from fp4bench.outputs import write_atomic
+
+    write_atomic(tmp, json.dumps({"machine_info": machine, "commit_info": {}, "benchmarks": benches, "datetime": "",
                                "version": pytest_benchmark.__version__}))
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     show_as(config, tmp, real)

@@ -40,14 +40,16 @@ def duration(seconds: float) -> str:
 
 
 def progress_line(done: int, total: int, elapsed_s: float, failed: int = 0, skipped: int = 0,
-                  unit: str = "cases") -> str:
+                  unit: str = "cases", later: int = 0, later_what: str = "") -> str:
     """``fp4bench: 120/418 cases, 3m12s elapsed, ETA 7m57s``; the ETA assumes the cases left
     take as long on average as the ones done (skipped cases included, as they are in the
-    remaining ones too)."""
+    remaining ones too), and counts ``later`` more of them after these (the further windows of
+    ``--fp4-windows``, named by ``later_what``)."""
     counts = ", ".join(f"{n} {what}" for n, what in ((failed, "failed"), (skipped, "skipped")) if n)
-    eta = duration(elapsed_s / done * (total - done)) if done else "?"
+    eta = duration(elapsed_s / done * (total - done + later)) if done else "?"
+    tail = f" (with {later_what})" if later and later_what else ""
     return (f"fp4bench: {done}/{total} {unit}{f' ({counts})' if counts else ''}, "
-            f"{duration(elapsed_s)} elapsed, ETA {eta}")
+            f"{duration(elapsed_s)} elapsed, ETA {eta}{tail}")
 
 
 @dataclass
@@ -60,6 +62,8 @@ class Tracker:
     finished: dict[str, str] = field(default_factory=dict)
     t0: float | None = None
     last_line: float | None = None
+    #: windows per case (``--fp4-windows``): passes 2.. walk every case again after the tests
+    windows: int = 1
 
     def due(self) -> str | None:
         """The progress line when one is due now (``interval_s`` since the first case or the
@@ -71,8 +75,21 @@ class Tracker:
             return None
         self.last_line = now
         outcomes = list(self.finished.values())
+        more = self.windows - 1
         return progress_line(len(self.finished), len(self.planned), now - self.t0,
-                             outcomes.count("failed"), outcomes.count("skipped"))
+                             outcomes.count("failed"), outcomes.count("skipped"), later=more * len(self.planned),
+                             later_what=f"{more} further window{'s' if more > 1 else ''} of each case after them")
+
+    def windows_due(self, done: int, total: int, started: float) -> str | None:
+        """During the further windows (``--fp4-windows``' passes 2..N after the tests): the progress
+        line when one is due (same interval), with the ETA of the windows left."""
+        if self.interval_s <= 0 or done >= total:
+            return None
+        now = self.clock()
+        if now - max(started, self.last_line if self.last_line is not None else started) < self.interval_s:
+            return None
+        self.last_line = now
+        return progress_line(done, total, now - started, unit="further windows")
 
     def not_run(self) -> list[str]:
         return [n for n in self.planned if n not in self.finished]
@@ -92,10 +109,8 @@ def plan(config: pytest.Config, names: Sequence[str]) -> None:
 def tracker(config: pytest.Config) -> Tracker:
     t = config.stash.get(_TRACKER, None)
     if t is None:
-        interval = config.getoption("fp4_progress", default=PROGRESS_DEFAULT_S)
-        if interval is None or not interval >= 0:
-            raise pytest.UsageError(f"--fp4-progress must be >= 0 seconds (0: off), got {interval}")
-        t = config.stash[_TRACKER] = Tracker(interval_s=interval)
+        interval = config.getoption("fp4_progress", default=PROGRESS_DEFAULT_S)  # >= 0: its type's bounds
+        t = config.stash[_TRACKER] = Tracker(interval_s=PROGRESS_DEFAULT_S if interval is None else interval)
     return t
 
 
@@ -111,8 +126,11 @@ class ConsolePlugin:
     """The per-run hooks (one instance per ``pytest.Config``, registered by ``fp4bench.plugin``)."""
 
     def __init__(self, config: pytest.Config) -> None:
+        from fp4bench.run.windows import window_count
+
         self.config = config
         self.tracker = tracker(config)  # a bad --fp4-progress is a usage error before anything runs
+        self.tracker.windows = window_count(config)
         self._planned: set[str] = set()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -131,6 +149,13 @@ class ConsolePlugin:
         # a case has finished once its call ran, or its setup failed or skipped (as the line log counts)
         if report.nodeid in self._planned and (report.when == "call" or (report.when == "setup" and not report.passed)):
             self.tracker.finished[report.nodeid] = report.outcome
+
+    def windows_progress(self, done: int, total: int, started: float) -> None:
+        """A progress line of the further windows, when one is due."""
+        line = self.tracker.windows_due(done, total, started)
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if line is not None and tr is not None:
+            tr.write_line(line)
 
     @pytest.hookimpl(trylast=True)  # after the terminal reporter has written this case's result
     def pytest_runtest_logfinish(self, nodeid: str, location) -> None:

@@ -40,6 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.stash[SESSION] = st = Fp4Session(config)
     _CONFIGS.append(config)
+    from fp4bench.plugin import signals
+
+    signals.install(config)  # SIGTERM ends the run as Ctrl-C does: interrupted, its records kept
     # -n over the GPUs: pin a worker before its CUDA starts, or make this process the controller
     # that merges the workers' cases (before xdist starts any worker: pytest_sessionstart)
     plugin_xdist.configure(config)
@@ -62,13 +65,6 @@ def pytest_configure(config: pytest.Config) -> None:
                                     "the option out to run ungated)")
     # pytest-xdist workers neither write the results file nor gate the run; the controller does
     save = None if hasattr(config, "workerinput") else _save_option(config)
-    for name, low in (("fp4_windows", 1), ("fp4_max_windows", 1)):
-        v = config.getoption(name)
-        if v is not None and v < low:
-            raise pytest.UsageError(f"fp4bench: --{name.replace('_', '-')} must be >= {low}, got {v}")
-    if not config.getoption("fp4_window_budget") >= 0:
-        raise pytest.UsageError(f"fp4bench: --fp4-window-budget must be >= 0 seconds, got "
-                                f"{config.getoption('fp4_window_budget')}")
     try:
         if compare and compare is not True and not explicit:
             explicit = str(_compare_target(config, str(compare)))  # --benchmark-compare=<id|path> gates too
@@ -82,10 +78,15 @@ def pytest_configure(config: pytest.Config) -> None:
             st.route_json(save)
         if not hasattr(config, "workerinput"):  # every output path, before any case runs
             from fp4bench.plugin.outputs import check_outputs
-            from fp4bench.plugin.runlog import log_path
+            from fp4bench.plugin.runlog import log_path, open_log
 
             check_outputs(config, st, log_path(config))
+            open_log(config)
     except (ValueError, RuntimeError) as exc:  # a bad --fp4-* value met while setting up
+        from fp4bench.outputs import remove_quietly
+
+        if st.json_path is not None and st.json_path.is_file() and st.json_path.stat().st_size == 0:
+            remove_quietly(st.json_path)  # the reserved candidate name: the run never starts
         raise pytest.UsageError(f"fp4bench: {exc}") from None
     plugin_xdist.quiet_worker(config)
 
@@ -205,7 +206,12 @@ def pytest_runtestloop(session: pytest.Session):
 
     n = window_count(session.config)
     if n > 1:
-        extra_passes(st, n, lambda: st.interrupted or bool(session.shouldstop or session.shouldfail))
+        from fp4bench import clock
+
+        console = session.config.pluginmanager.get_plugin("fp4bench.plugin.console")
+        started = clock.now()
+        extra_passes(st, n, lambda: st.interrupted or bool(session.shouldstop or session.shouldfail),
+                     lambda done, total: console.windows_progress(done, total, started) if console else None)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -213,6 +219,23 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     if outcome.get_result().failed:
         _state(item.config).failed_tests += 1
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    st = _state(session.config)
+    if st.json_path is not None:  # pytest-benchmark writes the candidate itself: a failed write is ours to clean
+        plugin_benchmark.guard_save(session.config, lambda exc: _save_failed(st, exc))
+
+
+def _save_failed(st: Fp4Session, exc: OSError) -> None:
+    """pytest-benchmark could not write the candidate: remove what it left and the reserved name."""
+    from fp4bench.gate.store import partial_path
+    from fp4bench.outputs import remove_quietly
+
+    remove_quietly(partial_path(st.json_path), st.json_path)
+    st.candidate_failed = True
+    st.save_error = (f"fp4bench: --fp4-save-baseline: cannot write {st.json_path}: {exc.strerror or exc}; no "
+                     "candidate written (the line log keeps the measured cases)")
 
 
 def pytest_keyboard_interrupt(excinfo) -> None:
@@ -263,7 +286,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if st.json_path is not None:
         from fp4bench.gate.store import publish
 
-        if not publish(st.json_path):
+        if st.candidate_failed:  # pytest-benchmark's write failed (_save_failed): incomplete
+            st.json_path = None
+            if session.exitstatus == 0:
+                session.exitstatus = 3
+        elif not publish(st.json_path):
             if session.testscollected:  # cases ran, yet pytest-benchmark wrote nothing (it was disabled)
                 st.save_error = (f"fp4bench: --fp4-save-baseline: {session.testscollected} cases were collected but "
                                  "pytest-benchmark wrote no results file (--benchmark-disable, or pytest-benchmark "

@@ -20,6 +20,7 @@ from fp4bench.plugin.benchmark import extra_info_of
 from fp4bench.plugin.session import session_of
 
 _LOG = pytest.StashKey[LineLog]()
+_HEADED = pytest.StashKey[bool]()
 _PLANNED = pytest.StashKey[list]()
 
 
@@ -48,24 +49,47 @@ def set_planned(config: pytest.Config, planned: list[str]) -> None:
     config.stash[_PLANNED] = list(planned)
 
 
-def _log(config: pytest.Config) -> LineLog | None:
-    log = config.stash.get(_LOG, None)
-    if log is not None:
-        return log
+def open_log(config: pytest.Config) -> None:
+    """Open the line log before the run (its path was checked): a log that cannot be created is a
+    usage error now, not an error after the first case. Not in an xdist worker (the controller
+    writes the one log)."""
     path = log_path(config)
+    if path is not None and not hasattr(config, "workerinput") and _LOG not in config.stash:
+        config.stash[_LOG] = LineLog(path, overwrite=bool(config.getoption("fp4_force")))
+        config.add_cleanup(config.stash[_LOG].close)
+
+
+def _log(config: pytest.Config) -> LineLog | None:
+    """The open log, its header written once the session knows its fingerprint; None when the run
+    keeps none or its log could not be written (``failed``)."""
+    log = config.stash.get(_LOG, None)
     st = session_of(config)
-    if path is None or not st.ready or hasattr(config, "workerinput"):
+    if log is None or not st.ready or log.failed:
         return None
-    log = LineLog(path, overwrite=bool(config.getoption("fp4_force")))
+    if config.stash.get(_HEADED, False):
+        return log
+    config.stash[_HEADED] = True
     fingerprint = st.fingerprint
     if len(st.gpus) > 1:  # a case line's extra_info names the GPU that measured it
         import dataclasses
 
         fingerprint = dataclasses.replace(fingerprint, gpu_uuid=None)
-    log.header(fingerprint, st.sweep.to_dict() if st.sweep else None, config.stash.get(_PLANNED, []),
-               isolated=bool(config.getoption("fp4_isolate")), **({"gpus": list(st.gpus)} if st.gpus else {}))
-    config.stash[_LOG] = log
-    return log
+    _guarded(config, log, lambda: log.header(
+        fingerprint, st.sweep.to_dict() if st.sweep else None, config.stash.get(_PLANNED, []),
+        isolated=bool(config.getoption("fp4_isolate")), **({"gpus": list(st.gpus)} if st.gpus else {})))
+    return None if log.failed else log
+
+
+def _guarded(config: pytest.Config, log: LineLog, write) -> None:
+    """``write()`` one line; a failed write (full disk, file-size limit) is said once, the log is
+    not written again and the run is incomplete (exit 3): its record on disk is not whole."""
+    from fp4bench.outputs import WriteError
+
+    try:
+        write()
+    except WriteError as exc:
+        log.failed = True
+        session_of(config).save_error = f"fp4bench: --fp4-log: {exc}; the line log stops here (run incomplete)"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -102,7 +126,7 @@ def write_case(config: pytest.Config, nodeid: str, outcome: str, samples, extra,
     """One finished case on the line log (nothing when the run keeps none)."""
     log = _log(config)
     if log is not None:
-        log.case(nodeid, outcome, samples, extra, availability, reason)
+        _guarded(config, log, lambda: log.case(nodeid, outcome, samples, extra, availability, reason))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -110,10 +134,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     close = getattr(st.runner, "close", None)
     if close is not None:
         close()
-    log = session.config.stash.get(_LOG, None)
+    log = _log(session.config)
     if log is not None:
-        log.end(exitstatus=int(exitstatus), interrupted=st.interrupted)
-        log.close()
+        _guarded(session.config, log, lambda: log.end(exitstatus=int(exitstatus), interrupted=st.interrupted))
+    if st.save_error and session.exitstatus == 0:
+        session.exitstatus = 3  # incomplete: a record the run was asked to write is not whole
 
 
 def _failure_reason(rep: pytest.TestReport) -> str:

@@ -60,8 +60,11 @@ class Fp4Session:
     #: each checked case's row of the checks table (``report.tables.check_row``), by fullname
     checks: dict[str, dict] = field(default_factory=dict)
     failed_tests: int = 0
-    #: --fp4-save-baseline was asked for and no results file came of it (said in the summary)
+    #: a record the run was asked to write is not whole (no candidate, a line log that stopped, a
+    #: verdict JSON not written): said in the summary, and the run exits 3 (incomplete)
     save_error: str | None = None
+    #: pytest-benchmark could not write the candidate (its temporary and name are removed)
+    candidate_failed: bool = False
     usage_error: str | None = None  # a bad --fp4-* value found while parametrizing
     health: str | None = None  # CUDA context check after the run: "" healthy, else what broke
     interrupted: bool = False  # a cut-short run is never a clean baseline candidate

@@ -96,6 +96,10 @@ def configure(config: pytest.Config) -> None:
         if GPU_KEY in config.workerinput:
             _configure_worker(config, st)
         return
+    n = config.getoption("numprocesses", default=None)
+    if isinstance(n, int) and not isinstance(n, bool) and n < 0:  # pytest-xdist takes any integer
+        raise pytest.UsageError(f"fp4bench: -n {n}: the number of workers is >= 0 (0: no workers) or auto (one "
+                                "per visible GPU)")
     workers = len(config.getoption("tx", default=None) or ())
     if not workers or config.getoption("dist", default="no") == "no":
         return

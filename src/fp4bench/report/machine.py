@@ -57,7 +57,7 @@ def verdict_markdown(result: CompareResult, baseline: str | None = None, limit: 
         lines.append(f"- {spread}")
     lines.append("")
     ordered = result.sorted()
-    shown = [v for v in ordered if v.status is not Status.PASS or ordered.index(v) < limit][:max(limit, 0)]
+    shown = [v for i, v in enumerate(ordered) if v.status is not Status.PASS or i < limit][:max(limit, 0)]
     shown_fail = sum(1 for v in shown if result.is_failure(v))
     rows = ["| verdict | benchmark | base | now | Δ | interval | windows | notes |", "|---|---|---|---|---|---|---|---|"]
     for v in shown:
@@ -79,18 +79,20 @@ def step_summary_path(env: Mapping[str, str] | None = None, inputs: Sequence[Any
     from fp4bench.outputs import check_output
 
     target = (env if env is not None else os.environ).get("GITHUB_STEP_SUMMARY")
-    return check_output(target, "$GITHUB_STEP_SUMMARY", inputs=inputs, append=True) if target else None
+    return check_output(target, "$GITHUB_STEP_SUMMARY", inputs=inputs, append=True, stdout=False) if target else None
 
 
 def write_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> Path | None:
-    """Append to ``$GITHUB_STEP_SUMMARY`` when set (GitHub Actions renders it on the run page)."""
+    """Append to ``$GITHUB_STEP_SUMMARY`` when set (GitHub Actions renders it on the run page), in
+    one write to a regular file (``fp4bench.outputs.append_once``: a FIFO or device is refused,
+    a failed write is a ``WriteError`` naming the file)."""
+    from fp4bench.outputs import append_once
+
     target = (env if env is not None else os.environ).get("GITHUB_STEP_SUMMARY")
     if not target:
         return None
-    path = Path(target)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(markdown + "\n")
-    return path
+    append_once(target, "$GITHUB_STEP_SUMMARY", markdown + "\n")
+    return Path(target)
 
 
 CSV_COLUMNS = ("fullname", "backend", "tactic", "problem", "kind", "model", "role", "m", "median_s", "tflops",

@@ -39,15 +39,19 @@ def _backend_colors(backends: Sequence[str]) -> dict[str, str]:
 
 def _save(fig, path: Path) -> Path:
     """PNG with a 256-colour palette: flat plot colours survive it and the file is ~3× smaller,
-    which matters for reports committed to the repository or uploaded per CI run."""
+    which matters for reports committed to the repository or uploaded per CI run. Rendered in
+    memory and written through ``fp4bench.outputs.write_atomic`` (the one write path)."""
     from PIL import Image  # a matplotlib dependency
+
+    from fp4bench.outputs import write_atomic
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     buf.seek(0)
-    Image.open(buf).convert("RGB").quantize(256).save(path, optimize=True)
-    return path
+    png = io.BytesIO()
+    Image.open(buf).convert("RGB").quantize(256).save(png, format="PNG", optimize=True)
+    return write_atomic(path, png.getvalue())
 
 
 def _log2_m_axis(ax, ms: Sequence[int]) -> None:

@@ -192,7 +192,8 @@ def verdict_table(result: CompareResult) -> str:
     rows = []
     sub_floor = sub_floor_ambiguous(result)
     many_missing = len(result.by_status(Status.MISSING)) > LIST_LIMIT
-    shown = [v for v in result.sorted() if v not in sub_floor and not (many_missing and v.status is Status.MISSING)]
+    folded = {id(v) for v in sub_floor}  # by identity: a list test compares whole verdicts (quadratic)
+    shown = [v for v in result.sorted() if id(v) not in folded and not (many_missing and v.status is Status.MISSING)]
     # what every row shares is said once above the table: the test file of the names, notes
     # over every verdict's name, so a table of one row (the rest collapsed) still uses it
     prefix = common_prefix([v.name for v in result.verdicts])
@@ -279,6 +280,12 @@ def verdict_summary(result: CompareResult) -> str:
         n = len(result.remeasure)
         outcome = (f"re-measure: {n} benchmark{'s' if n != 1 else ''} shown slower beyond the guard band "
                    "without the evidence a FAIL needs (each names what it needs)")
+    failing = result.regressions
+    if code != EXIT_INCOMPLETE and failing and not any(v.status is Status.FAIL for v in failing):
+        # nothing measured slower: these fail because no verdict is not a pass
+        kinds = ", ".join(sorted({v.status.value for v in failing}))
+        outcome = (f"regression: {len(failing)} benchmarks without a verdict ({kinds}: too few samples, "
+                   "undecided or not judgeable) fail the gate, none was shown slower")
     return f"{counts or 'no verdicts'} → {outcome} (exit {code})"
 
 

@@ -28,18 +28,20 @@ SUFFIX = ".lines.jsonl"
 
 
 class LineLog:
-    """Writes one run's lines to ``path``; each ``write`` is durable before it returns.
-    ``overwrite``: truncate an existing file (else one is refused: ``FileExistsError``)."""
+    """Writes one run's lines to ``path`` (a stream of ``fp4bench.outputs``, opened here, before the
+    run); each ``write`` is one fsynced line, durable before it returns (``WriteError`` when it
+    cannot be). ``overwrite``: truncate an existing file (else one is refused: ``OutputError``)."""
 
-    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False):
+    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False, option: str = "--fp4-log"):
+        from fp4bench.outputs import open_stream
+
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "w" if overwrite else "x", encoding="utf-8")
+        self._f = open_stream(self.path, option, force=overwrite)
+        #: a write failed: the caller stops writing (``plugin.runlog``)
+        self.failed = False
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
 
     def header(self, fingerprint: Fingerprint, sweep: dict | None, planned: list[str], **extra: Any) -> None:
         from datetime import datetime, timezone
@@ -79,10 +81,20 @@ class LoggedRun:
     def partial(self) -> bool:
         return not self.complete or bool(self.not_reached)
 
+    @property
+    def failed(self) -> list[str]:
+        """Logged cases that failed without a timing (the verdict shows them as MISSING)."""
+        return [n for n, o in self.outcomes.items() if o == "failed" and n not in self.run.benchmarks]
+
     def describe(self) -> str:
         state = "complete" if self.complete else "PARTIAL (the run ended without its end line: killed?)"
         text = f"line log {self.run.source}: {state}; {len(self.outcomes)} of {len(self.planned)} planned cases logged"
-        return "\n".join([text] + [f"  note: {n}" for n in self.notes])
+        failed = self.failed
+        lines = [text] + [f"  note: {n}" for n in self.notes]
+        if failed:  # shown as MISSING by the verdict: they ran and failed, they were not renamed
+            lines.append(f"  {len(failed)} logged cases FAILED in the run (no timing): "
+                         + ", ".join(failed[:5]) + (f", ... {len(failed) - 5} more" if len(failed) > 5 else ""))
+        return "\n".join(lines)
 
 
 def is_line_log(path: str | os.PathLike[str]) -> bool:
@@ -117,6 +129,9 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
             raise BaselineError(f"line log {p}: line {i + 1} is not JSON: {exc}") from None
         except RecursionError:
             raise BaselineError(f"line log {p}: line {i + 1} nests JSON too deeply") from None
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise BaselineError(f"line log {p}: line {i + 1}: a number with too many digits "
+                                f"({str(exc).split(':')[0]})") from None
         if not isinstance(record, dict):
             raise BaselineError(f"line log {p}: line {i + 1} is a JSON {type(record).__name__}, not an object "
                                 f"(a header, case or end record)")
@@ -126,6 +141,9 @@ def read_line_log(path: str | os.PathLike[str]) -> LoggedRun:
         raise BaselineError(f"{p}: not an fp4bench line log (no header line)")
     head = records[0]
     _one_run(p, records)
+    if not isinstance(head.get("sweep") or {}, dict):
+        raise BaselineError(f"line log {p}: line {linenos[0]} (the header): 'sweep' must be an object, got "
+                            f"{head.get('sweep')!r:.80}")
     planned = head.get("planned")
     if planned is not None and not (isinstance(planned, list) and all(isinstance(n, str) for n in planned)):
         raise BaselineError(f"line log {p}: line {linenos[0]} (the header): 'planned' must be a list of benchmark names, "
@@ -177,7 +195,7 @@ def _one_run(path: Path, records: list) -> None:
 
 def unreached_report(logged: LoggedRun, baseline: Baseline) -> str:
     """The lines a partial run adds under the verdict table."""
-    if not logged.partial:
+    if not logged.partial and not logged.failed:
         return ""
     return "\n".join(["", logged.describe()] + not_reached_lines(logged.not_reached, baseline.benchmarks))
 

@@ -91,16 +91,22 @@ def window_count(config: Any) -> int:
     return n
 
 
-def extra_passes(session: Any, passes: int, should_stop=lambda: False) -> int:
+def extra_passes(session: Any, passes: int, should_stop=lambda: False,
+                 progress: Callable[[int, int], None] = lambda done, total: None) -> int:
     """Passes 2..``passes`` over every measured case of ``session`` (an ``Fp4Session``), in the
     order they ran; a window that cannot be measured is recorded in ``window_errors`` (the run is
-    then not clean). Returns the number of windows taken."""
-    taken = 0
+    then not clean). ``progress(done, total)`` is called after each window (the console prints
+    a line with its ETA when one is due). Returns the number of windows taken."""
+    taken = done = 0
+    cases = list(session.cases.items())
+    total = (passes - 1) * len(cases)
     for _ in range(passes - 1):
-        for fullname, (backend, spec) in list(session.cases.items()):
+        for fullname, (backend, spec) in cases:
             if should_stop():
                 return taken
             samples, why = take_window(session.runner, backend, spec, len(session.windows[fullname]))
+            done += 1
+            progress(done, total)
             if samples is None:
                 session.window_errors.append((fullname, why))
                 continue
