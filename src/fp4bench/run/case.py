@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
+from fp4bench.gate.picks import choice_text
 from fp4bench.measure import copies as copy_rule
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
@@ -207,8 +208,12 @@ class CaseRunner:
             return CaseResult(UNSUPPORTED, str(exc), extra_info=info)
         info["availability"] = "ok"
         info.update(check.to_extra_info())
+        choice = backend.library_choice(prep)  # what the checked call ran
+        if choice is not None:
+            info["choice"] = choice
         if not check.ok:
-            return CaseResult(FAILED, f"{check.kind}: {check.detail}{backend.failure_hint(prep)}", check=check,
+            chose = f" (the library chose {choice_text(choice)})" if choice is not None else ""
+            return CaseResult(FAILED, f"{check.kind}: {check.detail}{chose}{backend.failure_hint(prep)}", check=check,
                               extra_info=info)
         if not measure:
             return CaseResult(MEASURED, "correctness only (timing disabled)", check=check, extra_info=info)

@@ -21,7 +21,8 @@ Gate/up: our operands store the gate rows first; the kernel reads the *up* rows 
 activation kernel takes the gate from the second half), so ``prepare`` swaps the halves of
 the fc1 weight bytes and scales. ``reference_moe`` documents the convention.
 
-Finalize: ``use_fused_finalize=False`` always. The fused finalize reduces the top-k rows with
+Finalize: ``use_fused_finalize=False`` (the library-choice rows of ``flashinfer_moe_tuned.py`` keep
+the library's default). The fused finalize reduces the top-k rows with
 atomics in the GEMM2 epilogue (run-to-run non-deterministic); SM90 mixed-input GEMMs never
 have it anyway (``mayHaveFinalizeFused`` is false for them), and on Blackwell we want the same
 deterministic finalize the reference models.
@@ -109,6 +110,18 @@ class FlashInferMoEApi:
 
         return keyword in inspect.signature(cutlass_fused_moe).parameters
 
+    def autotune(self, tune_mode: bool = True) -> Any:
+        """``flashinfer.autotune(tune_mode)``: the context under which calls without ``profile_ids`` tune."""
+        import flashinfer
+
+        return flashinfer.autotune(tune_mode)
+
+    def tuner(self) -> Any:
+        """``AutoTuner.get()``: the process-wide tuner ``cutlass_fused_moe`` asks for its tactics."""
+        from flashinfer.autotuner import AutoTuner
+
+        return AutoTuner.get()
+
     def workspace_size(self, **kwargs: Any) -> int:
         from flashinfer.fused_moe import cutlass_fused_moe_workspace_size
 
@@ -191,6 +204,9 @@ class _FlashInferCutlassMoE(Backend):
     #: what the reference must model between the GEMMs (reference_moe ``intermediate``)
     intermediate: ClassVar[str]
     api = "flashinfer.cutlass_fused_moe"
+    #: ``use_fused_finalize`` passed (False: the deterministic unfused finalize); None: not passed,
+    #: the library's default (True)
+    fused_finalize: ClassVar[bool | None] = False
 
     def __init__(self, api: FlashInferMoEApi | None = None) -> None:
         self.lib = api if api is not None else FlashInferMoEApi()
@@ -288,8 +304,7 @@ class _FlashInferCutlassMoE(Backend):
         t, h, i, e, k = problem.num_tokens, problem.hidden, problem.inter, problem.num_experts, problem.top_k
         ws = self.lib.workspace_size(
             max_num_tokens=t, hidden_size=h, intermediate_size=i, num_experts_total=e, top_k=k,
-            x_dtype=x_dtype, weight_dtype=w_dtype, use_w4_group_scaling=w4,
-            use_fused_finalize=False, device=device)
+            x_dtype=x_dtype, weight_dtype=w_dtype, use_w4_group_scaling=w4, device=device, **self._finalize())
         args["workspace_buffer"] = torch.empty(ws, dtype=torch.uint8, device=device)
         args["token_selected_experts"] = operands.topk_ids.to(device=device, dtype=torch.int32).contiguous()
         args["token_final_scales"] = operands.topk_weights.to(device=device, dtype=torch.float32).contiguous()
@@ -320,7 +335,10 @@ class _FlashInferCutlassMoE(Backend):
                 bad.update({t: f"FlashInfer marks GEMM{gemm} tactic {t} invalid for N={n}, K={k}" for t in invalid})
         return bad
 
-    def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> list[int]:
+    def _finalize(self) -> dict[str, Any]:
+        return {} if self.fused_finalize is None else {"use_fused_finalize": self.fused_finalize}
+
+    def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> list[int] | None:
         if tactic.value is None:  # DEFAULT_TACTIC: the library's defaults, no autotuning
             return [DEFAULT, DEFAULT]
         try:
@@ -336,9 +354,8 @@ class _FlashInferCutlassMoE(Backend):
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         ids = self._profile_ids(prepared, tactic)
         try:
-            self.lib.cutlass_fused_moe(output=prepared.out, output_dtype=torch.bfloat16,
-                                       use_fused_finalize=False, profile_ids=ids,
-                                       **prepared.args["call"])
+            self.lib.cutlass_fused_moe(output=prepared.out, output_dtype=torch.bfloat16, profile_ids=ids,
+                                       **self._finalize(), **prepared.args["call"])
         except RuntimeError as exc:
             unsupported = tactic_failure(exc, tactic.label, TACTIC_FAILURES)
             if unsupported is None:

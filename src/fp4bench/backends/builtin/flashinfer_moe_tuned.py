@@ -1,0 +1,74 @@
+"""``cutlass_fused_moe`` as a serving engine runs it: the autotuner's GEMM tactics, the library's
+defaults (library-choice rows, ``gate.picks``).
+
+``flashinfer-cutlass-moe-tuned`` (SM90, BF16 x MXFP4 "W4A16") and ``flashinfer-cutlass-moe-nvfp4-tuned``
+(Blackwell, NVFP4) make the call of ``flashinfer-cutlass-moe`` / ``-nvfp4`` (same operands, same
+reference) without ``profile_ids`` and without ``use_fused_finalize`` (its default, True: on
+Blackwell the GEMM2 epilogue reduces the top-k rows with atomics; SM90's mixed-input GEMM has no
+fused finalize, flashinfer/fused_moe/core.py ``MoERunner``). ``prepare`` clears the tuner's cache and
+runs the call once under ``flashinfer.autotune(True)``: ``cutlass_fused_moe`` then asks
+``AutoTuner.choose_one("trtllm::fused_moe::gemm1", ...)`` and ``"...::gemm2"`` (core.py), which time
+every GEMM1 and GEMM2 tactic and cache the picks; the timed calls run them. The row records the
+picks as ``tactic: [gemm1, gemm2]`` (absolute profile ids, the values ``profile_ids`` takes), held
+to the explicit rows of the untuned backend (``compare_with``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fp4bench.backends.base import DEFAULT_TACTIC, Prepared, Tactic
+from fp4bench.backends.builtin._choice import ChoiceLog
+from fp4bench.backends.builtin.flashinfer_moe import FlashInferCutlassMoENVFP4, FlashInferCutlassMoEW4A16
+from fp4bench.workload.operands import Operands
+from fp4bench.workload.problems import Problem
+
+#: the ops ``cutlass_fused_moe`` asks the tuner for (flashinfer/fused_moe/core.py)
+GEMM_OPS = ("trtllm::fused_moe::gemm1", "trtllm::fused_moe::gemm2")
+
+
+class _Tuned:
+    """Mixed into an explicit fused-MoE backend: no ``profile_ids``, default finalize, tuned first."""
+
+    choice_row = True
+    fused_finalize = None
+    #: the explicit backend of the same call (what the tuner's pick is held to)
+    explicit: str
+
+    def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
+        return [DEFAULT_TACTIC]
+
+    def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
+        prepared = super().prepare(problem, operands, device)  # type: ignore[misc]
+        tuner = self.lib.tuner()  # type: ignore[attr-defined]
+        log = ChoiceLog.on(tuner)
+        tuner.clear_cache()  # this case's own tuning, not a pick cached for an earlier one
+        with self.lib.autotune(True):  # type: ignore[attr-defined]
+            self.run(prepared, DEFAULT_TACTIC)  # type: ignore[attr-defined]
+        prepared.args["meta"]["log"] = log
+        return prepared
+
+    def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> None:
+        return None  # the library asks its tuner
+
+    def library_choice(self, prepared: Prepared) -> dict[str, Any]:
+        log: ChoiceLog = prepared.args["meta"]["log"]
+        ids = [log.answer(op, self.name)[1] for op in GEMM_OPS]  # type: ignore[attr-defined]
+        return {"backend": "cutlass", "tactic": ids, "tuned": True, "compare_with": self.explicit}
+
+
+class FlashInferCutlassMoEW4A16Tuned(_Tuned, FlashInferCutlassMoEW4A16):
+    name = "flashinfer-cutlass-moe-tuned"
+    api = "flashinfer.cutlass_fused_moe (BF16 x MXFP4) after autotune(True): the tuner's tactics, default finalize"
+    explicit = FlashInferCutlassMoEW4A16.name
+
+
+class FlashInferCutlassMoENVFP4Tuned(_Tuned, FlashInferCutlassMoENVFP4):
+    name = "flashinfer-cutlass-moe-nvfp4-tuned"
+    api = "flashinfer.cutlass_fused_moe (NVFP4) after autotune(True): the tuner's tactics, fused finalize"
+    explicit = FlashInferCutlassMoENVFP4.name
+
+
+BACKENDS = [FlashInferCutlassMoEW4A16Tuned(), FlashInferCutlassMoENVFP4Tuned()]
