@@ -40,6 +40,7 @@ from typing import Any, Callable
 import torch
 
 from fakes.flashinfer import FakeCutlassFp4Runner, FakeFlashInfer
+from fp4bench.backends.builtin._mm_fp4 import MmFp4API
 
 #: the backends ``mm_fp4`` knows and the capabilities each requirement checker supports
 SUPPORTED = {"cudnn": (100, 103, 107, 110, 120, 121), "trtllm": (100, 103, 107),
@@ -214,3 +215,12 @@ class FakeMmFp4:
         runner, tactic = self.tuner.choose_one("fp4_gemm", runners, None, inputs)
         runner(inputs=inputs, tactic=tactic)
         return out
+
+    def api(self) -> MmFp4API:
+        """The adapters' ``MmFp4API`` over this fake (what ``load_mm_fp4`` collects from FlashInfer)."""
+        return MmFp4API(
+            version=self.dense.version, mm_fp4=self, auto_order=lambda: list(self.suitable_auto_backends),
+            supported=lambda b, sm: self.is_compute_capability_supported(sm) if b == "auto"
+            else self.is_backend_supported(b, sm),
+            autotune=self.tuner.tuning, tuner=lambda: self.tuner, cuda_version=lambda: self.cuda,
+            cudnn_version=lambda: self.cudnn, cudnn_frontend=lambda: self.cudnn_frontend, cute_dsl=lambda: self.cute_dsl)

@@ -42,6 +42,10 @@ def choice_text(choice: Mapping[str, Any] | None) -> str:
     return f"{choice.get('backend', '?')} tactic {choice.get('tactic', '?')}{tuned}"
 
 
+def _seconds(s: float) -> str:
+    return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.2f} us"
+
+
 def _key(choice: Mapping[str, Any] | None) -> tuple[Any, Any] | None:
     if choice is None:
         return None
@@ -57,7 +61,7 @@ def choice_change(base_extra: Mapping[str, Any], new_extra: Mapping[str, Any], b
         return None
     times = ""
     if base_s is not None and new_s is not None:
-        times = f" ({base_s * 1e6:.2f} us → {new_s * 1e6:.2f} us)"
+        times = f" ({_seconds(base_s)} → {_seconds(new_s)})"
     return f"choice changed: {choice_text(old)} → {choice_text(new)}{times}"
 
 
@@ -83,8 +87,8 @@ def mispick(name: str, extra: Mapping[str, Any], median_s: float,
     if median_s <= rivals[best] * (1.0 + floor):
         return None
     tactic = (measured[best][1] or {}).get("tactic", "?")
-    return (f"{MISPICK}: the autotuner chose {choice_text(choice)}, {median_s * 1e6:.2f} us; "
-            f"{choice['compare_with']} tactic {tactic} of the same run takes {rivals[best] * 1e6:.2f} us "
+    return (f"{MISPICK}: the autotuner chose {choice_text(choice)}, {_seconds(median_s)}; "
+            f"{choice['compare_with']} tactic {tactic} of the same run takes {_seconds(rivals[best])} "
             f"({(median_s / rivals[best] - 1) * 100:+.0f}%, floor {floor * 100:.0f}%)")
 
 
