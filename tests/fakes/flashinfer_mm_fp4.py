@@ -76,20 +76,24 @@ class FakeRunner:
     def get_valid_tactics(self, inputs: list, profile: object, **kwargs: Any) -> list[int]:
         return self.inner.get_valid_tactics(inputs, profile)
 
-    def device_time(self, tactic: int) -> float:
-        """Simulated seconds of one launch with ``tactic``."""
-        base = self.owner.dense.call_s * SPEED[self.backend]
+    def relative_time(self, tactic: int) -> float:
+        """A launch of ``tactic`` in units of a CUTLASS default launch."""
         if self.owner.fault == "mispick" and tactic == MISPICK_TACTIC:
-            return 2 * base
+            return 2 * SPEED[self.backend]
         if self.owner.fault == "tuned_wrong" and tactic == WRONG_TACTIC:
-            return 0.5 * base
-        return base
+            return 0.5 * SPEED[self.backend]
+        return SPEED[self.backend]
+
+    def device_time(self, tactic: int) -> float:
+        """Simulated seconds of one launch with ``tactic`` (0 without ``call_s``)."""
+        return self.owner.dense.call_s * self.relative_time(tactic)
 
     def measured_time(self, tactic: int, **kwargs: Any) -> float:
-        """What the tuner's profiling reads for ``tactic`` (the truth, but for the ``mispick`` fault)."""
+        """What the tuner's profiling reads for ``tactic``: the relative time (the lower index wins a
+        tie), but for the ``mispick`` fault, which reads ``MISPICK_TACTIC`` of the first runner as free."""
         if self.owner.fault == "mispick" and tactic == MISPICK_TACTIC and self is self.owner.first:
             return 0.0
-        return self.device_time(tactic) or (1.0 if tactic < 0 else 1.0 + tactic * 1e-3)
+        return self.relative_time(tactic) * (1.0 + max(tactic, 0) * 1e-3)
 
     def __call__(self, inputs: list, tactic: int = -1, **kwargs: Any) -> torch.Tensor:
         t0 = self.owner.clock()
