@@ -15,7 +15,7 @@ autotuner.py ``AutoTuner.choose_one``, ``autotune``):
 * one runner per backend in that order; ``AutoTuner.get().choose_one("fp4_gemm", runners, cfg,
   inputs)`` picks ``(runner, tactic)``: in tuning mode by the simulated device time of every valid
   tactic of every runner (the fastest, first on a tie), cached per (op, input shapes); outside it
-  the cached pick, else ``(runners[0], -1)``;
+  the cached pick, else ``(runners[0], -1)``; an op in ``autotune(skip_ops=...)``: ``(runners[0], -1)``;
 * the CUDA version FlashInfer decides by is nvcc's (``cuda``), cuDNN's backend version ``cudnn``
   (None: cudnn-frontend not importable).
 
@@ -120,6 +120,8 @@ class FakeAutoTuner:
 
     is_tuning_mode: bool = False
     cache: dict = field(default_factory=dict)
+    #: ops answered with the fallback without a look at the cache (``autotune(skip_ops=...)``)
+    skip_ops: frozenset = frozenset()
     #: every (op, runner, tactic) profiled while tuning
     profiled: list = field(default_factory=list)
 
@@ -127,6 +129,8 @@ class FakeAutoTuner:
         self.cache.clear()
 
     def choose_one(self, custom_op: str, runners: list, tuning_config: Any, inputs: list, **kwargs: Any) -> tuple:
+        if custom_op in self.skip_ops:
+            return runners[0], -1
         key = (custom_op, len(runners), tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)),
                tuple(sorted(kwargs.items())))
         if not self.is_tuning_mode:
@@ -146,13 +150,17 @@ class FakeAutoTuner:
         return runners[best[1]], best[2]
 
     @contextlib.contextmanager
-    def tuning(self, tune_mode: bool = True, cache: str | None = None, **kwargs: Any):
-        """``flashinfer.autotune(tune_mode=True, cache=None, ...)``."""
-        old, self.is_tuning_mode = self.is_tuning_mode, tune_mode
+    def tuning(self, tune_mode: bool = True, cache: str | None = None, tuning_buckets: Any = None,
+               round_up: bool | None = None, skip_ops: Any = None):
+        """``flashinfer.autotune(tune_mode=True, cache=None, tuning_buckets=None, round_up=None, skip_ops=None)``
+        (nested contexts union their skip sets)."""
+        old = self.is_tuning_mode, self.skip_ops
+        self.is_tuning_mode = tune_mode
+        self.skip_ops = old[1] | frozenset({skip_ops} if isinstance(skip_ops, str) else skip_ops or ())
         try:
             yield
         finally:
-            self.is_tuning_mode = old
+            self.is_tuning_mode, self.skip_ops = old
 
 
 @dataclass

@@ -9,7 +9,10 @@ library's public one (flashinfer/gemm/gemm_base.py ``mm_fp4``)::
 with the operands of ``flashinfer-cutlass`` (``nvfp4_inputs``: 128x4 swizzled scales, fp32 alpha
 on the device). ``mm_fp4`` builds one runner per backend (for ``"auto"``: the heuristic's list
 ``mm_fp4.suitable_auto_backends``) and runs what ``AutoTuner.choose_one`` answers; outside
-autotuning that is the first runner with tactic -1. Each row records that answer
+autotuning that is the first runner with tactic -1, unless the tuner's cache holds a pick for the
+shape. An untuned row calls under ``autotune(False, skip_ops={"fp4_gemm"})`` (the tuner answers
+``(runners[0], -1)`` without looking at its cache: what a caller that never tuned gets); a tuned row
+tunes the shape in ``prepare`` and then calls plainly. Each row records the answer
 (``_choice.ChoiceLog``) as its ``library_choice``.
 
 ``auto``'s order (``_heuristic_func_mm_fp4``) depends on the CUDA version FlashInfer reads
@@ -195,17 +198,20 @@ class MmFp4Backend(Backend):
         out = args.pop("out")
         log = ChoiceLog.on(lib.tuner())
         prepared = Prepared(problem, out, {"call": args, "log": log})
-        if self.tuned:
+        if self.tuned:  # profiles this shape once; later prepares (copies, windows) hit the tuner's cache
             with lib.autotune(True):
                 self.run(prepared, DEFAULT_TACTIC)
-        else:  # no tuned entry of an earlier case may answer for this one: the fallback is what is timed
-            lib.tuner().clear_cache()
         return prepared
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         lib = self._library()
-        lib.mm_fp4(out_dtype=torch.bfloat16, out=prepared.out, block_size=16, backend=self.library_backend,
-                   **prepared.args["call"])
+        call = dict(out_dtype=torch.bfloat16, out=prepared.out, block_size=16, backend=self.library_backend,
+                    **prepared.args["call"])
+        if self.tuned:
+            lib.mm_fp4(**call)
+        else:  # what a caller that never tuned gets, whatever another row cached for this shape
+            with lib.autotune(False, skip_ops={FP4_GEMM_OP}):
+                lib.mm_fp4(**call)
         return prepared.out
 
     def library_choice(self, prepared: Prepared) -> dict[str, Any] | None:

@@ -5,8 +5,8 @@ defaults (library-choice rows, ``gate.picks``).
 (Blackwell, NVFP4) make the call of ``flashinfer-cutlass-moe`` / ``-nvfp4`` (same operands, same
 reference) without ``profile_ids`` and without ``use_fused_finalize`` (its default, True: on
 Blackwell the GEMM2 epilogue reduces the top-k rows with atomics; SM90's mixed-input GEMM has no
-fused finalize, flashinfer/fused_moe/core.py ``MoERunner``). ``prepare`` clears the tuner's cache and
-runs the call once under ``flashinfer.autotune(True)``: ``cutlass_fused_moe`` then asks
+fused finalize, flashinfer/fused_moe/core.py ``MoERunner``). ``prepare`` runs the call once under
+``flashinfer.autotune(True)``: ``cutlass_fused_moe`` then asks
 ``AutoTuner.choose_one("trtllm::fused_moe::gemm1", ...)`` and ``"...::gemm2"`` (core.py), which time
 every GEMM1 and GEMM2 tactic and cache the picks; the timed calls run them. The row records the
 picks as ``tactic: [gemm1, gemm2]`` (absolute profile ids, the values ``profile_ids`` takes), held
@@ -42,9 +42,9 @@ class _Tuned:
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         prepared = super().prepare(problem, operands, device)  # type: ignore[misc]
-        tuner = self.lib.tuner()  # type: ignore[attr-defined]
-        log = ChoiceLog.on(tuner)
-        tuner.clear_cache()  # this case's own tuning, not a pick cached for an earlier one
+        log = ChoiceLog.on(self.lib.tuner())  # type: ignore[attr-defined]
+        # profiles this shape once; later prepares (copies, windows) hit the tuner's cache, as an
+        # engine's later calls of a tuned shape do
         with self.lib.autotune(True):  # type: ignore[attr-defined]
             self.run(prepared, DEFAULT_TACTIC)  # type: ignore[attr-defined]
         prepared.args["meta"]["log"] = log
