@@ -13,9 +13,9 @@ autotuner.py ``AutoTuner.choose_one``, ``autotune``):
   SM120 + CUDA >= 13: b12x, cutlass, cudnn; CUDA >= 13 and cuDNN >= 91500: cudnn, cutlass (SM103:
   cutlass, cudnn); else cutlass, cudnn. The order is left on ``mm_fp4.suitable_auto_backends``;
 * one runner per backend in that order; ``AutoTuner.get().choose_one("fp4_gemm", runners, cfg,
-  inputs)`` picks ``(runner, tactic)``: in tuning mode by the simulated device time of every valid
-  tactic of every runner (the fastest, first on a tie), cached per (op, input shapes); outside it
-  the cached pick, else ``(runners[0], -1)``; an op in ``autotune(skip_ops=...)``: ``(runners[0], -1)``;
+  inputs)`` picks ``(runner, tactic)``: the cached pick for (op, input shapes); else in tuning mode
+  by the simulated device time of every valid tactic of every runner (the fastest, first on a
+  tie), then cached; outside it ``(runners[0], -1)``; an op in ``autotune(skip_ops=...)``: ``(runners[0], -1)``;
 * the CUDA version FlashInfer decides by is nvcc's (``cuda``), cuDNN's backend version ``cudnn``
   (None: cudnn-frontend not importable).
 
@@ -133,10 +133,10 @@ class FakeAutoTuner:
             return runners[0], -1
         key = (custom_op, len(runners), tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)),
                tuple(sorted(kwargs.items())))
+        if key in self.cache:  # tuning mode too: a shape profiled once is not profiled again
+            i, tactic = self.cache[key]
+            return runners[i], tactic
         if not self.is_tuning_mode:
-            if key in self.cache:
-                i, tactic = self.cache[key]
-                return runners[i], tactic
             return runners[0], -1
         best: tuple[float, int, int] | None = None
         for i, r in enumerate(runners):
