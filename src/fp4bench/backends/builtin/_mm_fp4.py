@@ -158,14 +158,9 @@ class MmFp4Backend(Backend):
         info = _gating.device_info(device)
         if info is None:
             return Availability.no(_gating.NO_CUDA)
-        if self._lib is None:
-            if _gating.dist_version(DIST) is None:
-                return Availability.no(f"{DIST} is not installed")
-            try:
-                self._library()
-            except Exception as exc:  # an import-time failure is a skip reason, not a crash
-                return Availability.no(f"import flashinfer failed: {type(exc).__name__}: {exc}".splitlines()[0],
-                                       _gating.dist_version(DIST))
+        failed = _gating.load_failure(DIST, self._library) if self._lib is None else None
+        if failed is not None:
+            return Availability.no(*failed)
         lib = self._library()
         if self.library_backend != "auto" and not lib.supported(self.library_backend, None):
             return Availability.no(f"flashinfer {lib.version} has no mm_fp4 backend {self.library_backend!r}",
