@@ -9,7 +9,7 @@ fault must end in its own named outcome: an autotuner pick twice as slow as the 
 
 Why these tests take seconds each: every one is a whole ``pytest bench`` process (the plugin, the
 sweep, the checks); each selects the few cases it needs (one problem by ``-k``), and the timed
-ones sleep out a simulated launch of 20 ms (``FP4SIM_CALL_S``) so that the simulated device time,
+ones sleep out a simulated launch of 50 ms (``FP4SIM_CALL_S``) so that the simulated device time,
 not this machine's load, decides the comparison.
 """
 
@@ -23,7 +23,9 @@ import pytest
 from fakes.sim_bench import run_bench, case_outcomes
 from fakes.wrapped import unwrapped
 
-TIMED = {"FP4SIM_CALL_S": "0.02"}
+#: a simulated launch of 50 ms: well above the fake's own CPU work (a few ms, up to ~30 ms on a loaded
+#: 2-core machine), so the simulated device time decides the comparisons
+TIMED = {"FP4SIM_CALL_S": "0.05"}
 #: per simulated GPU: the environment (nvcc 13 on SM120: b12x is auto's first) and the rows
 MACHINES = {
     "B200": ({}, "flashinfer-cutlass,flashinfer-auto-tuned,flashinfer-cutlass-moe-nvfp4,"
