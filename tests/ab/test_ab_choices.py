@@ -31,6 +31,21 @@ def test_the_two_sides_choices_stand_side_by_side_and_a_change_is_marked():
     assert "what the library chose (library-choice rows), A and B:" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("b::t[auto]"))
     assert line.split() == ["b::t[auto]", "cutlass", "tactic", "-1", "cudnn", "tactic", "-1", "changed"]
+    (auto,) = [v for v in result.verdicts if v.name == "b::t[auto]"]
+    assert "choice changed: cutlass tactic -1 → cudnn tactic -1" in auto.reason  # kept by the replicate rule
     rows = {r["name"]: r["evidence"] for r in to_json(run, result)["benchmarks"]}
     assert (rows["b::t[auto]"]["a_choice"], rows["b::t[auto]"]["b_choice"]) == (CUTLASS, CUDNN)
     assert rows["b::t[fixed]"]["a_choice"] is None and rows["b::t[fixed]"]["b_choice"] is None
+
+
+def test_a_judged_pair_keeps_the_choice_note_after_the_replicate_rule():
+    from fp4bench.ab.estimate import MIN_REPLICATES
+    from fp4bench.ab.judge import _ruled
+    from fp4bench.gate.verdict import Status, Verdict
+    from fp4bench.gate.rule import RuleSettings
+
+    v = Verdict(name="b::t[auto]", status=Status.PASS, reason="choice changed: a tactic -1 → b tactic -1 (1 us → 1 us)")
+    p = Paired("b::t[auto]", _side(CUTLASS), _side(CUDNN))
+    ruled = _ruled(v, p, RuleSettings(floor=0.05))  # no estimate: fewer than MIN_REPLICATES processes
+    assert ruled.reason == (f"not judged: fewer than {MIN_REPLICATES} usable processes per side; "
+                            "choice changed: a tactic -1 → b tactic -1 (1 us → 1 us)")
