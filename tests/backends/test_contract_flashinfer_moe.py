@@ -140,6 +140,22 @@ def test_unusable_tactics_raise_tactic_unsupported() -> None:
         be.run(prep, Tactic(3, "bad"))
 
 
+def test_the_nvfp4_row_keeps_the_tactics_the_shape_filter_leaves_out_as_the_tuner_does() -> None:
+    """FlashInfer filters by ``get_valid_tactics_for_shape`` for W4A16 only (core.py
+    ``MoERunner.get_valid_tactics``: ``if not self.use_w4_group_scaling: return valid_tactics``), so
+    the explicit NVFP4 row runs every tactic the tuner may pick; zero occupancy still rules one out."""
+    fake = FakeFlashInfer("100", n1=4, n2=4, invalid={5}, zero_occ={7})
+    be = fim.FlashInferCutlassMoENVFP4(api=fake)
+    ops = make_operands(_problem(), *NVFP4)
+    prep = be.prepare(ops.problem, ops, CPU)
+    be.run(prep, Tactic((-1, 5), "g1-default+g2-001"))
+    assert fake.calls[-1]["profile_ids"] == [-1, 5]
+    with pytest.raises(TacticUnsupported, match="zero occupancy"):
+        be.run(prep, Tactic((-1, 7), "g1-default+g2-003"))
+    assert fake.get_valid_tactics([None, prep.args["call"]["fc1_expert_weights"], None,
+                                   prep.args["call"]["fc2_expert_weights"], None], None, gemm_idx=2) == [4, 5, 6]
+
+
 # --------------------------------------------------------------------------- gates
 def test_availability_gates_on_cuda_cc_and_import(monkeypatch: pytest.MonkeyPatch) -> None:
     w4, nv = fim.FlashInferCutlassMoEW4A16(api=FakeFlashInfer()), fim.FlashInferCutlassMoENVFP4(api=FakeFlashInfer())

@@ -1,21 +1,27 @@
 """Fake ``flashinfer.mm_fp4`` with ``backend="auto"`` dispatch, its backends' runners, and a fake
 ``AutoTuner`` / ``autotune`` (test-only).
 
-Semantics implemented (flashinfer/gemm/gemm_base.py ``mm_fp4``, ``_heuristic_func_mm_fp4``,
-``_*_gemm_fp4_requirement``; flashinfer/utils.py ``backend_requirement``; flashinfer/autotuner/
-autotuner.py ``AutoTuner.choose_one``, ``autotune``):
+Semantics implemented, as FlashInfer 0.7.2.post1 and 0.7.4 have them (flashinfer/gemm/gemm_base.py
+``mm_fp4``, ``_heuristic_func_mm_fp4``, ``_*_gemm_fp4_requirement``; flashinfer/utils.py
+``backend_requirement``; flashinfer/autotuner/autotuner.py ``AutoTuner.choose_one``, ``autotune``;
+``fakes.flashinfer_releases`` records the line numbers and what differs per release):
 
-* ``mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=bf16, out=None, block_size=16,
-  use_8x4_sf_layout=False, backend="auto", use_nvfp4=True, enable_pdl=True)``; an explicit
-  backend must support the GPU (``BackendSupportedError``-like ``ValueError`` otherwise);
-* ``auto``: the backends whose requirement holds (cudnn: cudnn-frontend importable with a cuDNN
-  backend >= 91002; b12x: CUDA >= 13; cute-dsl / trtllm: never auto), ordered by the heuristic:
-  SM120 + CUDA >= 13: b12x, cutlass, cudnn; CUDA >= 13 and cuDNN >= 91500: cudnn, cutlass (SM103:
-  cutlass, cudnn); else cutlass, cudnn. The order is left on ``mm_fp4.suitable_auto_backends``;
+* ``mm_fp4``'s and ``autotune``'s signatures of the release (0.7.4: ``batch_invariant=``,
+  ``tie_tolerance=``); an explicit backend must support the GPU (``BackendSupportedError``-like
+  ``ValueError`` otherwise);
+* ``auto``: the backends whose requirement holds (cudnn: cudnn-frontend >= 1.13 importable with a
+  cuDNN backend >= 91002; b12x: CUDA >= 12.9, K % 32, the CuTe DSL; cutedsl_low_latency: M <= 8,
+  K % 64; cute-dsl: N % 8 and the CuTe DSL, never on SM12x), ordered by the heuristic: SM120 + CUDA
+  >= 12.9: b12x, cutlass, cudnn; CUDA >= 13 and cuDNN >= 91500: cudnn, cutlass (SM103: cutlass,
+  cudnn; SM107: cudnn, cutlass, cute-dsl); else cutlass, cudnn (SM107: cutlass, cudnn, cute-dsl);
+  then cutedsl_low_latency where the CuTe DSL is found. The order is left on
+  ``mm_fp4.suitable_auto_backends``;
 * one runner per backend in that order; ``AutoTuner.get().choose_one("fp4_gemm", runners, cfg,
   inputs)`` picks ``(runner, tactic)``: the cached pick for (op, input shapes); else in tuning mode
   by the simulated device time of every valid tactic of every runner (the fastest, first on a
-  tie), then cached; outside it ``(runners[0], -1)``; an op in ``autotune(skip_ops=...)``: ``(runners[0], -1)``;
+  tie; with ``tie_tolerance``: the first tactic enumerated before the fastest, of at most four,
+  within the tolerance), then cached; outside it ``(runners[0], -1)``; an op in
+  ``autotune(skip_ops=...)``: ``(runners[0], -1)``;
 * the CUDA version FlashInfer decides by is nvcc's (``cuda``), cuDNN's backend version ``cudnn``
   (None: cudnn-frontend not importable).
 
@@ -26,8 +32,8 @@ own simulated speed (``SPEED``: a simulation, not a measurement).
 Planted faults (``fault``): ``mispick``: the tuner mis-measures tactic ``MISPICK_TACTIC`` of the
 first runner as the fastest; it takes twice the default's time (FlashInfer #3537). ``tuned_wrong``:
 tactic ``WRONG_TACTIC`` is the fastest and computes without alpha (FlashInfer #3197: a wrong
-tactic). ``auto_switch``: the candidate release's heuristic (``switch_release``) puts the last
-suitable backend first.
+tactic). ``auto_switch``: the candidate release's heuristic (``switch_release``) puts cuDNN first, as
+the real heuristic does on SM100 once CUDA 13 and cuDNN 9.15 meet.
 """
 
 from __future__ import annotations
@@ -39,30 +45,58 @@ from typing import Any, Callable
 
 import torch
 
+from packaging.version import Version
+
+from fakes import flashinfer_releases as releases
 from fakes.flashinfer import FakeCutlassFp4Runner, FakeFlashInfer
 from fp4bench.backends.builtin._mm_fp4 import MmFp4API
 
 #: the backends ``mm_fp4`` knows and the capabilities each requirement checker supports
 SUPPORTED = {"cudnn": (100, 103, 107, 110, 120, 121), "trtllm": (100, 103, 107),
-             "cutlass": (100, 103, 107, 110, 120, 121), "cute-dsl": (100, 103, 107), "b12x": (120, 121)}
+             "cutlass": (100, 103, 107, 110, 120, 121), "cute-dsl": (100, 103, 107, 120, 121),
+             "cutedsl_low_latency": (100, 103, 107), "b12x": (120, 121)}
 #: simulated device time of a backend's launch relative to CUTLASS's (a simulation, not a measurement)
-SPEED = {"cutlass": 1.0, "cudnn": 1.5, "b12x": 0.9, "cute-dsl": 1.2, "trtllm": 1.1}
+SPEED = {"cutlass": 1.0, "cudnn": 1.5, "b12x": 0.9, "cute-dsl": 1.2, "trtllm": 1.1, "cutedsl_low_latency": 1.3}
 KERNEL_PREFIX = {"cutlass": "cutlass3x", "cudnn": "cudnn_generated_nvfp4", "b12x": "b12x_cutedsl",
-                 "cute-dsl": "cutedsl_dense_blockscaled", "trtllm": "trtllmgen_bmm"}
+                 "cute-dsl": "cutedsl_dense_blockscaled", "trtllm": "trtllmgen_bmm",
+                 "cutedsl_low_latency": "cutedsl_low_latency_blockscaled"}
 MISPICK_TACTIC = 1
 WRONG_TACTIC = 2
 CUDNN_FP4_MIN = 91002
+B12X_MIN_CUDA = Version("12.9")
+#: ``AutoTuner._TIE_MAX_CONTENDERS`` (0.7.4)
+TIE_MAX_CONTENDERS = 4
 
 
-def heuristic(sm: int, cuda_major: int, cudnn: int | None, suitable: list[str]) -> list[str]:
+def heuristic(sm: int, cuda: str, cudnn: int | None, cute_dsl: bool, suitable: list[str]) -> list[str]:
     """``_heuristic_func_mm_fp4``: the suitable backends in ``auto``'s order."""
-    if sm == 120 and cuda_major >= 13:
-        order: tuple[str, ...] = ("b12x", "cutlass", "cudnn")
-    elif cudnn is not None and cuda_major >= 13 and cudnn >= 91500:
-        order = ("cutlass", "cudnn") if sm == 103 else ("cudnn", "cutlass")
+    v = Version(cuda)
+    if sm == 120 and v >= B12X_MIN_CUDA:
+        return [c for c in ("b12x", "cutlass", "cudnn") if c in suitable]
+    if cudnn is not None and v.major >= 13 and cudnn >= 91500:
+        order: tuple[str, ...] = {103: ("cutlass", "cudnn"), 107: ("cudnn", "cutlass", "cute-dsl")}.get(
+            sm, ("cudnn", "cutlass"))
     else:
-        order = ("cutlass", "cudnn")
+        order = ("cutlass", "cudnn", "cute-dsl") if sm == 107 else ("cutlass", "cudnn")
+    if cute_dsl and "cutedsl_low_latency" in suitable:
+        order += ("cutedsl_low_latency",)
     return [c for c in order if c in suitable]
+
+
+def moe_valid_tactics(runner: Any, gemm_idx: int, n: int, k: int, w4_group_scaling: bool) -> list[int]:
+    """``MoERunner.get_valid_tactics`` (flashinfer/fused_moe/core.py, 0.7.2.post1 :803-905, 0.7.4
+    :1061-1163) over a fake ``fused_moe_runner``: the GEMM's absolute profile ids (GEMM2's from ``n1``),
+    less those with zero occupancy unless all have it; for W4A16 (``use_w4_group_scaling``) only, less
+    those ``get_valid_tactics_for_shape(gemm_idx, n, k)`` leaves out unless that leaves none."""
+    n1, n2 = runner.get_gemm1_tactic_count(), runner.get_gemm2_tactic_count()
+    ids = list(range(n1)) if gemm_idx == 1 else list(range(n1, n1 + n2))
+    if not ids:
+        return [-1]
+    valid = [t for t in ids if runner.get_tactic_occupancy(t) > 0] or ids
+    if not w4_group_scaling:
+        return valid
+    shape = set(runner.get_valid_tactics_for_shape(gemm_idx, n, k))
+    return [t for t in valid if t in shape] or valid
 
 
 @dataclass
@@ -118,7 +152,9 @@ class FakeRunner:
 class FakeAutoTuner:
     """``AutoTuner``: ``choose_one`` as the real one answers, ``clear_cache``, tuning mode."""
 
+    version: str = releases.DEFAULT
     is_tuning_mode: bool = False
+    tie_tolerance: float = 0.0
     cache: dict = field(default_factory=dict)
     #: ops answered with the fallback without a look at the cache (``autotune(skip_ops=...)``)
     skip_ops: frozenset = frozenset()
@@ -138,29 +174,35 @@ class FakeAutoTuner:
             return runners[i], tactic
         if not self.is_tuning_mode:
             return runners[0], -1
-        best: tuple[float, int, int] | None = None
+        measured: list[tuple[float, int, int]] = []
         for i, r in enumerate(runners):
             for t in r.get_valid_tactics(inputs, None, **kwargs):
                 self.profiled.append((custom_op, i, t))
-                cost = r.measured_time(t, **kwargs)
-                if best is None or cost < best[0]:
-                    best = (cost, i, t)
-        assert best is not None, "no tactic to profile"
-        self.cache[key] = best[1:]
-        return runners[best[1]], best[2]
+                measured.append((r.measured_time(t, **kwargs), i, t))
+        assert measured, "no tactic to profile"
+        fastest = min(range(len(measured)), key=lambda j: measured[j][0])  # the first of equal times
+        limit = measured[fastest][0] * (1.0 + self.tie_tolerance)
+        near = [j for j in range(fastest) if measured[j][0] <= limit][:TIE_MAX_CONTENDERS]
+        _, i, t = measured[near[0] if near else fastest]  # a re-timing reads the same simulated time
+        self.cache[key] = (i, t)
+        return runners[i], t
 
     @contextlib.contextmanager
-    def tuning(self, tune_mode: bool = True, cache: str | None = None, tuning_buckets: Any = None,
-               round_up: bool | None = None, skip_ops: Any = None):
-        """``flashinfer.autotune(tune_mode=True, cache=None, tuning_buckets=None, round_up=None, skip_ops=None)``
-        (nested contexts union their skip sets)."""
-        old = self.is_tuning_mode, self.skip_ops
-        self.is_tuning_mode = tune_mode
+    def tuning(self, *args: Any, **kwargs: Any):
+        """``flashinfer.autotune(...)`` of the release (nested contexts union their skip sets and
+        inherit an unset ``tie_tolerance``)."""
+        bound = releases.bind_call(releases.release(self.version).autotune, "autotune", args, kwargs)
+        skip_ops, tie = bound["skip_ops"], bound.get("tie_tolerance")
+        if tie is not None and not 0 <= tie < 1:
+            raise ValueError("tie_tolerance must be at least 0 and less than 1")
+        old = self.is_tuning_mode, self.skip_ops, self.tie_tolerance
+        self.is_tuning_mode = bound["tune_mode"]
         self.skip_ops = old[1] | frozenset({skip_ops} if isinstance(skip_ops, str) else skip_ops or ())
+        self.tie_tolerance = old[2] if tie is None else tie
         try:
             yield
         finally:
-            self.is_tuning_mode, self.skip_ops = old
+            self.is_tuning_mode, self.skip_ops, self.tie_tolerance = old
 
 
 @dataclass
@@ -175,7 +217,7 @@ class FakeMmFp4:
     cudnn_frontend: str | None = None
     cute_dsl: bool = False
     fault: str | None = None
-    #: this release puts the last suitable backend first (the ``auto_switch`` fault)
+    #: this release puts cuDNN first where it is suitable (the ``auto_switch`` fault)
     switched: bool = False
     clock: Callable[[], float] = time.perf_counter
     suitable_auto_backends: list[str] = field(default_factory=list)
@@ -192,24 +234,32 @@ class FakeMmFp4:
     def is_compute_capability_supported(self, cc: int) -> bool:
         return any(cc in ccs for ccs in SUPPORTED.values())
 
-    def requirement(self, backend: str, k: int) -> bool:
+    def requirement(self, backend: str, m: int, n: int, k: int) -> bool:
         """The backend's requirement checker for ``auto`` (a ValueError there means unsuitable)."""
-        cuda_major = int(self.cuda.split(".")[0])
         if backend == "cudnn":
-            return self.cudnn is not None and self.cudnn >= CUDNN_FP4_MIN
+            return (self.cudnn_frontend is not None and Version(self.cudnn_frontend) >= Version("1.13")
+                    and self.cudnn is not None and self.cudnn >= CUDNN_FP4_MIN)
         if backend == "b12x":
-            return cuda_major >= 13 and k % 32 == 0 and self.cute_dsl
-        return backend == "cutlass"
+            return Version(self.cuda) >= B12X_MIN_CUDA and k % 32 == 0 and self.cute_dsl
+        if backend == "cutedsl_low_latency":
+            return m <= 8 and k % 64 == 0
+        if backend == "cute-dsl":
+            return self.sm[0] != 12 and n % 8 == 0 and self.cute_dsl
+        return backend in ("cutlass", "trtllm")
 
-    def auto_order(self, k: int) -> list[str]:
-        suitable = [b for b in SUPPORTED if self.cc in SUPPORTED[b] and self.requirement(b, k)]
-        order = heuristic(self.cc, int(self.cuda.split(".")[0]), self.cudnn, suitable)
-        return order[-1:] + order[:-1] if self.switched and len(order) > 1 else order
+    def auto_order(self, m: int, n: int, k: int) -> list[str]:
+        suitable = [b for b in SUPPORTED if self.cc in SUPPORTED[b] and self.requirement(b, m, n, k)]
+        order = heuristic(self.cc, self.cuda, self.cudnn if self.cudnn_frontend else None, self.cute_dsl, suitable)
+        return sorted(order, key=lambda b: b != "cudnn") if self.switched else order
 
-    def __call__(self, a, b, a_descale, b_descale, alpha=None, out_dtype=torch.bfloat16, out=None, block_size=16,
-                 use_8x4_sf_layout=False, backend="auto", use_nvfp4=True, enable_pdl=True) -> torch.Tensor:
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        call = releases.bind_call(releases.release(self.dense.version).mm_fp4, "mm_fp4", args, kwargs)
+        if call.get("batch_invariant"):
+            raise NotImplementedError("the fake mm_fp4 does not model batch_invariant=True")
+        a, b, backend, out = call["a"], call["b"], call["backend"], call["out"]
+        out_dtype = call["out_dtype"] or torch.bfloat16
         if backend == "auto":
-            order = self.auto_order(a.shape[1] * 2)
+            order = self.auto_order(a.shape[0], b.shape[1], a.shape[1] * 2)
             if not order:
                 raise ValueError(f"No suitable auto backends found for mm_fp4 on SM{self.cc}")
             self.suitable_auto_backends = order
@@ -223,7 +273,8 @@ class FakeMmFp4:
         runners = [FakeRunner(name, family_runner, self) for name in order]
         self.first = runners[0]
         ws = torch.empty(1024, dtype=torch.uint8, device=a.device)
-        inputs = [a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, ws]
+        inputs = [a, b, call["a_descale"], call["b_descale"], call["alpha"], out_dtype, out, call["block_size"],
+                  call["use_nvfp4"], ws]
         runner, tactic = self.tuner.choose_one("fp4_gemm", runners, None, inputs)
         runner(inputs=inputs, tactic=tactic)
         return out

@@ -46,7 +46,7 @@ import torch
 
 from fakes import flashinfer_releases as releases
 from fakes.decode import E2M1_VALUES, FakeContractError, Misread, dequant, raw_bytes, read_scales
-from fakes.flashinfer_mm_fp4 import MISPICK_TACTIC, WRONG_TACTIC
+from fakes.flashinfer_mm_fp4 import MISPICK_TACTIC, WRONG_TACTIC, moe_valid_tactics
 
 _TACTIC_TEXT = {
     "can_implement": "[TensorRT-LLM][ERROR] Assertion failed: Grouped GEMM kernel will fail for params. "
@@ -140,8 +140,11 @@ class FakeMoETunable:
     owner: "FakeFusedMoE"
 
     def get_valid_tactics(self, inputs: list, profile: object, gemm_idx: int = 1) -> list[int]:
-        n1, n2 = self.owner.n1, self.owner.n2
-        return list(range(n1)) if gemm_idx == 1 else list(range(n1, n1 + n2))
+        """``MoERunner.get_valid_tactics``: NVFP4 fc1 ``[E, 2I, H/16]`` int64, fc2 ``[E, H, I/16]``."""
+        _, fc1, _, fc2, _ = inputs
+        h, two_i = fc2.shape[1], fc1.shape[1]
+        n, k = (two_i, h) if gemm_idx == 1 else (h, two_i // 2)
+        return moe_valid_tactics(FakeMoERunner(self.owner), gemm_idx, n, k, w4_group_scaling=False)
 
     def measured_time(self, tactic: int, gemm_idx: int = 1) -> float:
         fault = self.owner.tuner_fault

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from fakes.flashinfer_mm_fp4 import FakeAutoTuner
+from fakes.flashinfer_mm_fp4 import FakeAutoTuner, moe_valid_tactics
 from fp4bench import formats
 from fp4bench.formats import sm90_interleave as sm90
 from fp4bench.reference.moe import moe_error_bound, reference_moe
@@ -61,9 +61,12 @@ class FakeFlashInfer:
         return self.tune
 
     def get_valid_tactics(self, inputs: list, profile: object, gemm_idx: int = 1) -> list[int]:
-        """The ``MoERunner`` as the tuner sees it: each GEMM's profile ids."""
-        n1, n2 = self.runner.n1, self.runner.n2
-        return list(range(n1)) if gemm_idx == 1 else list(range(n1, n1 + n2))
+        """The ``MoERunner`` as the tuner sees it: each GEMM's usable profile ids (``inputs``: the input
+        and the fc1 / fc2 weights, whose shapes give each GEMM's N and K as core.py reads them)."""
+        x, fc1, _, fc2, _ = inputs
+        h = fc2.shape[1]
+        n, k = (fc1.shape[1], h) if gemm_idx == 1 else (h, fc1.shape[1] // 2)
+        return moe_valid_tactics(self.runner, gemm_idx, n, k, w4_group_scaling=self.arch == "90")
 
     def measured_time(self, tactic: int, gemm_idx: int = 1) -> float:
         return 0.5 if tactic == self.fastest[gemm_idx - 1] else 1.0 + tactic * 1e-3
@@ -100,7 +103,8 @@ class FakeFlashInfer:
                           output, workspace_buffer, profile_ids=None, use_fused_finalize=True,
                           use_w4_group_scaling=False, input_sf=None, swizzled_input_sf=True):
         if profile_ids is None:  # core.py: the tuner picks each GEMM's tactic
-            profile_ids = [self.tune.choose_one(f"trtllm::fused_moe::gemm{g}", [self], None, [input], gemm_idx=g)[1]
+            ins = [input, fc1_expert_weights, None, fc2_expert_weights, None]
+            profile_ids = [self.tune.choose_one(f"trtllm::fused_moe::gemm{g}", [self], None, ins, gemm_idx=g)[1]
                            for g in (1, 2)]
         self.calls.append({"profile_ids": list(profile_ids), "use_fused_finalize": use_fused_finalize})
         n1, n2 = self.runner.n1, self.runner.n2

@@ -32,9 +32,10 @@ _MOE_NVFP4 = ("flashinfer-cutlass-moe-nvfp4", "flashinfer-cutlass-moe-nvfp4-tune
 #: ``mm_fp4(backend="auto")``, whose order has CUTLASS in it on every architecture
 _DENSE = ("flashinfer-cutlass", "e2e-flashinfer-cutlass", "flashinfer-auto", "flashinfer-auto-tuned")
 #: FlashInfer backends that build no JIT module of FlashInfer's: cuDNN's GEMM is the cuDNN library's
-#: (its plans are built at the first call); b12x and cute-dsl are CuTe-DSL kernels, compiled in
-#: process at their first call (gemm/gemm_base.py ``_b12x_gemm_fp4_runner``, ``_cute_dsl_gemm_fp4_runner``)
-NO_JIT = ("flashinfer-cudnn", "flashinfer-b12x", "flashinfer-cute-dsl")
+#: (its plans are built at the first call); b12x, cute-dsl and cutedsl_low_latency are CuTe-DSL kernels, compiled in
+#: process at their first call (gemm/gemm_base.py ``_b12x_gemm_fp4_runner``, ``_cute_dsl_gemm_fp4_runner``,
+#: ``_cutedsl_low_latency_blockscaled_gemm_runner``)
+NO_JIT = ("flashinfer-cudnn", "flashinfer-b12x", "flashinfer-cute-dsl", "flashinfer-cutedsl-low-latency")
 #: the activation quantizers load ``fp4_quantization_<arch>`` (flashinfer/quantization/fp4_quantization.py:274-299
 #: in 0.7.2.post1: "120"/"121" become the family module "120f" under CUDA >= 12.9, what Blackwell torch builds are)
 _QUANT = ("flashinfer-fp4-quantize", "flashinfer-nvfp4-quantize", "e2e-flashinfer-cutlass")

@@ -84,7 +84,7 @@ DENSE = FakeFlashInfer(
     reject="mat2Scale must be SF_DTYPE (uint8)" if FAULT == "arg_check" else None,
     zero_band=ZERO_BAND if FAULT == "zero_band" else None,
     version=FLASHINFER, call_s=CALL_S, streamk_memset_s=STREAMK_MEMSET_S)
-TUNER = FakeAutoTuner()
+TUNER = FakeAutoTuner(version=FLASHINFER)
 _TUNER_FAULT = FAULT if FAULT in TUNER_FAULTS else None
 MM = FakeMmFp4(dense=DENSE, tuner=TUNER, sm=(GPU.major, GPU.minor), cuda=os.environ.get("FP4SIM_NVCC") or "12.9",
                cudnn=int(os.environ.get("FP4SIM_CUDNN", "91400")) if os.environ.get("FP4SIM_CUDNN", "x") else None,

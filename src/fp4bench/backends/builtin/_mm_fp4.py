@@ -15,11 +15,14 @@ shape. An untuned row calls under ``autotune(False, skip_ops={"fp4_gemm"})`` (th
 tunes the shape in ``prepare`` and then calls plainly. Each row records the answer
 (``_choice.ChoiceLog``) as its ``library_choice``.
 
-``auto``'s order (``_heuristic_func_mm_fp4``) depends on the CUDA version FlashInfer reads
-(``flashinfer.jit.cpp_ext.get_cuda_version``: ``nvcc --version``, else ``torch.version.cuda``) and
-the cuDNN backend version: SM120 with CUDA >= 13: b12x, cutlass, cudnn; CUDA >= 13 and cuDNN >= 9.15:
-cudnn first (SM103: cutlass first); otherwise cutlass first. ``auto_reason`` repeats that rule so
-an availability line says which order applies here.
+``auto``'s order (``_heuristic_func_mm_fp4``, the same in 0.7.2.post1 and 0.7.4) depends on the
+CUDA version FlashInfer reads (``flashinfer.jit.cpp_ext.get_cuda_version``: ``<cuda_home>/bin/nvcc
+--version``, else ``torch.version.cuda``), the cuDNN backend version and the GPU: SM120 with CUDA >=
+12.9: b12x, cutlass, cudnn; CUDA >= 13 with cudnn-frontend importable and cuDNN >= 9.15: cudnn,
+cutlass (SM103: cutlass, cudnn; SM107: cudnn, cutlass, cute-dsl); otherwise cutlass, cudnn (SM107:
+cutlass, cudnn, cute-dsl). Where FlashInfer found the CuTe DSL, ``cutedsl_low_latency`` comes last
+on SM100/103/107 for M <= 8 and K % 64 == 0. ``auto_reason`` repeats that rule so an availability
+line says which order applies here.
 
 Library access goes through ``MmFp4API`` (CPU tests hand the adapters a fake).
 """
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from packaging.version import Version
 
 from fp4bench import formats
 from fp4bench.backends.alignment import CUTLASS_FP4_SM100
@@ -46,11 +50,16 @@ DIST = "flashinfer-python"
 FP4_GEMM_OP = "fp4_gemm"
 #: the fp4bench rows that time each ``mm_fp4`` backend with fixed tactics (what a choice is held to)
 EXPLICIT_ROW = {"cutlass": "flashinfer-cutlass", "cudnn": "flashinfer-cudnn", "b12x": "flashinfer-b12x",
-                "cute-dsl": "flashinfer-cute-dsl"}
+                "cute-dsl": "flashinfer-cute-dsl", "cutedsl_low_latency": "flashinfer-cutedsl-low-latency"}
 #: cuDNN FP4 needs cudnn-frontend >= 1.13 and a cuDNN backend >= 9.10.2 (gemm_base.py
 #: ``_check_cudnn_fp4_availability``); ``auto`` prefers cuDNN on SM100 from backend 9.15 (91500)
 CUDNN_FP4_MIN = 91002
 CUDNN_AUTO_FIRST = 91500
+#: b12x's NVFP4 GEMM needs CUDA >= 12.9 as FlashInfer reads it (gemm_base.py ``_MIN_B12X_CUDA_VERSION``)
+B12X_MIN_CUDA = Version("12.9")
+#: ``cutedsl_low_latency``'s problem limits (gemm_base.py ``_cutedsl_low_latency_gemm_fp4_requirement``)
+LOW_LATENCY_MAX_M = 8
+LOW_LATENCY_K_ALIGN = 64
 
 
 @dataclass(frozen=True)
@@ -118,19 +127,21 @@ def nvfp4_inputs(problem: GemmProblem, operands: Operands, device: torch.device,
 
 
 def cuda_major(version: str) -> int:
-    return int(str(version).split(".")[0])
+    return Version(str(version)).major
 
 
 def auto_reason(lib: MmFp4API, info: _gating.DeviceInfo) -> str:
     """Which order ``auto``'s heuristic applies here, and the versions that decide it."""
     cuda, cudnn = lib.cuda_version(), lib.cudnn_version()
     facts = f"CUDA {cuda} (nvcc, else torch), cuDNN {cudnn if cudnn is not None else 'not importable'}"
-    if info.sm == 120 and cuda_major(cuda) >= 13:
+    if info.sm == 120 and Version(str(cuda)) >= B12X_MIN_CUDA:
         order = "b12x > cutlass > cudnn"
     elif cudnn is not None and cuda_major(cuda) >= 13 and cudnn >= CUDNN_AUTO_FIRST:
-        order = "cutlass > cudnn" if info.sm == 103 else "cudnn > cutlass"
+        order = {103: "cutlass > cudnn", 107: "cudnn > cutlass > cute-dsl"}.get(info.sm, "cudnn > cutlass")
     else:
-        order = "cutlass > cudnn"
+        order = "cutlass > cudnn > cute-dsl" if info.sm == 107 else "cutlass > cudnn"
+    if info.sm in (100, 103, 107) and lib.cute_dsl():
+        order += f" > cutedsl_low_latency (M <= {LOW_LATENCY_MAX_M}, K % {LOW_LATENCY_K_ALIGN} == 0)"
     return f"auto order {order} on {info.describe()}: {facts}"
 
 

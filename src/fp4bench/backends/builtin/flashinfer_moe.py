@@ -319,8 +319,9 @@ class _FlashInferCutlassMoE(Backend):
         Per GEMM, as FlashInfer's own tactic filter does (flashinfer/fused_moe/core.py,
         ``MoERunner.get_valid_tactics``): tactics reporting zero occupancy are dropped unless
         *all* of them do ("fall back to all tactics if occupancy check eliminated everything",
-        e.g. an architecture whose occupancy query is not implemented), and the shape filter
-        is dropped when it would leave nothing."""
+        e.g. an architecture whose occupancy query is not implemented); for W4A16
+        (``use_w4_group_scaling``) only, tactics ``get_valid_tactics_for_shape`` leaves out are
+        dropped unless that would leave nothing (0.7.2.post1 core.py:803-905, 0.7.4 :1061-1163)."""
         x_dtype, w_dtype, w4 = self._runner_args()
         r = self.lib.tactic_runner(self._arch(device), x_dtype, w_dtype, p.top_k, w4)
         n1, n2 = int(r.get_gemm1_tactic_count()), int(r.get_gemm2_tactic_count())
@@ -329,6 +330,8 @@ class _FlashInferCutlassMoE(Backend):
             zero = {t for t in ids if int(r.get_tactic_occupancy(t)) <= 0}
             if len(zero) < len(ids):
                 bad.update({t: f"GEMM{gemm} tactic {t} has zero occupancy on this GPU" for t in zero})
+            if not w4:
+                continue
             valid = {int(v) for v in r.get_valid_tactics_for_shape(gemm, n, k)}
             invalid = [t for t in ids if t not in valid and t not in bad]
             if len(invalid) < len(ids) - len(bad):
