@@ -3,14 +3,16 @@ defaults (library-choice rows, ``gate.picks``).
 
 ``flashinfer-cutlass-moe-tuned`` (SM90, BF16 x MXFP4 "W4A16") and ``flashinfer-cutlass-moe-nvfp4-tuned``
 (Blackwell, NVFP4) make the call of ``flashinfer-cutlass-moe`` / ``-nvfp4`` (same operands, same
-reference) without ``profile_ids`` and without ``use_fused_finalize`` (its default, True: on
-Blackwell the GEMM2 epilogue reduces the top-k rows with atomics; SM90's mixed-input GEMM has no
-fused finalize, flashinfer/fused_moe/core.py ``MoERunner``). ``prepare`` runs the call once under
-``flashinfer.autotune(True)``: ``cutlass_fused_moe`` then asks
-``AutoTuner.choose_one("trtllm::fused_moe::gemm1", ...)`` and ``"...::gemm2"`` (core.py), which time
-every GEMM1 and GEMM2 tactic and cache the picks; the timed calls run them. The row records the
-picks as ``tactic: [gemm1, gemm2]`` (absolute profile ids, the values ``profile_ids`` takes), held
-to the explicit rows of the untuned backend (``compare_with``).
+reference) without ``profile_ids``, ``use_fused_finalize`` and ``tune_max_num_tokens``: the release's
+defaults (finalize: True in 0.7.2.post1; in 0.7.4 None, which the call resolves to "fused unless
+torch's deterministic algorithms are on"; on Blackwell the fused GEMM2 epilogue reduces the top-k rows
+with atomics). ``prepare`` runs the call once under ``flashinfer.autotune(True)``:
+``cutlass_fused_moe`` then asks ``AutoTuner.get().choose_one("trtllm::fused_moe::gemm1", [runner],
+..., gemm_idx=1)`` and ``"...::gemm2"`` (flashinfer/fused_moe/core.py), which profile every valid
+GEMM1 / GEMM2 tactic (``MoERunner.get_valid_tactics``) at each tuning bucket up to 8192 tokens, cache
+the picks and answer the one for this token count; the timed calls, outside tuning, get the cached
+picks. The row records them as ``tactic: [gemm1, gemm2]`` (absolute profile ids, the values
+``profile_ids`` takes), held to the explicit rows of the untuned backend (``compare_with``).
 """
 
 from __future__ import annotations
