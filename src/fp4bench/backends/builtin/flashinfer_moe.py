@@ -32,8 +32,9 @@ Tactics: the runner exposes GEMM1 and GEMM2 tactic lists (``get_gemm1_tactic_cou
 ``[n1, n1 + n2)``, -1 = default). Timing every (g1, g2) pair is quadratic, so ``tactics()``
 is the sweep policy: each GEMM1 tactic with the default GEMM2, then each GEMM2 tactic with
 the default GEMM1 -- every tactic runs once. ``tactic_lists()`` gives the full per-GEMM lists.
-A tactic the library marks invalid for the shape (``get_valid_tactics_for_shape``), with zero
-occupancy, or that raises at initialization raises ``TacticUnsupported``.
+A tactic the autotuner would never try (zero occupancy; for W4A16 also one
+``get_valid_tactics_for_shape`` marks invalid for the shape: ``MoERunner.get_valid_tactics``) or
+that raises at initialization raises ``TacticUnsupported``.
 
 All library calls go through ``FlashInferMoEApi`` (constructor ``api=``): CPU contract tests
 substitute a fake that decodes the arguments in the library's layout. Imports are lazy. This
