@@ -54,12 +54,15 @@ from fp4bench.backends.builtin._mm_fp4 import MmFp4API
 #: the backends ``mm_fp4`` knows and the capabilities each requirement checker supports
 SUPPORTED = {"cudnn": (100, 103, 107, 110, 120, 121), "trtllm": (100, 103, 107),
              "cutlass": (100, 103, 107, 110, 120, 121), "cute-dsl": (100, 103, 107, 120, 121),
-             "cutedsl_low_latency": (100, 103, 107), "b12x": (120, 121)}
+             "cutedsl_low_latency": (100, 103, 107), "b12x": (120, 121),
+             # experimental, per-token alpha only (experimental/cake_nvfp4_per_token/support.py): never suitable here
+             "cake": (100, 103)}
 #: simulated device time of a backend's launch relative to CUTLASS's (a simulation, not a measurement)
-SPEED = {"cutlass": 1.0, "cudnn": 1.5, "b12x": 0.9, "cute-dsl": 1.2, "trtllm": 1.1, "cutedsl_low_latency": 1.3}
+SPEED = {"cutlass": 1.0, "cudnn": 1.5, "b12x": 0.9, "cute-dsl": 1.2, "trtllm": 1.1, "cutedsl_low_latency": 1.3,
+         "cake": 1.0}
 KERNEL_PREFIX = {"cutlass": "cutlass3x", "cudnn": "cudnn_generated_nvfp4", "b12x": "b12x_cutedsl",
                  "cute-dsl": "cutedsl_dense_blockscaled", "trtllm": "trtllmgen_bmm",
-                 "cutedsl_low_latency": "cutedsl_low_latency_blockscaled"}
+                 "cutedsl_low_latency": "cutedsl_low_latency_blockscaled", "cake": "cake_nvfp4_per_token"}
 MISPICK_TACTIC = 1
 WRONG_TACTIC = 2
 CUDNN_FP4_MIN = 91002
