@@ -1,5 +1,5 @@
 """Contract tests of the ``mm_fp4`` rows (``flashinfer-auto``, ``-auto-tuned``, ``-cudnn``, ``-b12x``,
-``-cute-dsl``, ``-cutedsl-low-latency``) against the fake ``mm_fp4`` (``fakes.flashinfer_mm_fp4``): what ``auto`` picks for
+``-cute-dsl``, ``-cutedsl-low-latency``, ``-trtllm``) against the fake ``mm_fp4`` (``fakes.flashinfer_mm_fp4``): what ``auto`` picks for
 the CUDA (nvcc) and cuDNN versions and the GPU, what each row records as the library's choice,
 why a backend is unavailable, and the output against the reference."""
 
@@ -18,6 +18,8 @@ from fp4bench.backends.builtin.flashinfer_b12x import FlashInferB12x
 from fp4bench.backends.builtin.flashinfer_cudnn import FlashInferCudnn
 from fp4bench.backends.builtin.flashinfer_cute_dsl import FlashInferCuteDsl
 from fp4bench.backends.builtin.flashinfer_cutedsl_low_latency import FlashInferCuteDslLowLatency
+from fp4bench.backends.builtin.flashinfer_trtllm import FlashInferTrtllm
+from fp4bench.backends.builtin._mm_fp4 import nvfp4_inputs
 from fp4bench.workload.operands import make_operands
 from fp4bench.workload.problems import GemmProblem
 
@@ -104,6 +106,7 @@ def test_an_unavailable_backend_names_the_version_or_gpu_that_rules_it_out(monke
     (FlashInferCuteDsl, "B200", (10, 0), GemmProblem(130, 96, 256)),
     (FlashInferCuteDsl, "RTX PRO 6000", (12, 0), GemmProblem(130, 128, 256)),
     (FlashInferCuteDslLowLatency, "B200", (10, 0), GemmProblem(8, 96, 192)),
+    (FlashInferTrtllm, "B200", (10, 0), GemmProblem(130, 128, 256)),
 ])
 def test_each_explicit_backend_computes_the_reference_and_records_its_default_tactic(monkeypatch, backend, gpu, cc,
                                                                                      problem):
@@ -119,6 +122,7 @@ def test_each_explicit_backend_computes_the_reference_and_records_its_default_ta
     (FlashInferCuteDslLowLatency, "B200", GemmProblem(9, 96, 192), "needs M <= 8 and K % 64 == 0, got M=9, K=192"),
     (FlashInferCuteDslLowLatency, "B200", GemmProblem(8, 96, 160), "got M=8, K=160"),
     (FlashInferCuteDsl, "RTX PRO 6000", GemmProblem(8, 96, 256), "SM120/121 cute-dsl GEMM needs N % 64 == 0"),
+    (FlashInferTrtllm, "B200", GemmProblem(8, 96, 256), "weight shuffle needs N % 128 == 0 and K % 64 == 0, got N=96"),
 ])
 def test_a_problem_outside_a_backends_requirement_is_skipped_naming_the_rule(monkeypatch, backend, gpu, problem, why):
     pretend(monkeypatch, gpu)
@@ -173,3 +177,17 @@ def _tactic_tuned(be, fake, tie):
     with fake.tuner.tuning(True, tie_tolerance=tie):
         prep = be.prepare(problem, ops, CPU)
     return be.library_choice(prep)["tactic"]
+
+
+def test_the_trtllm_row_passes_the_weights_shuffled_as_the_kernel_reads_them(monkeypatch):
+    """The fake TRT-LLM-gen runner reads ``b`` in the shuffled layout: unshuffled weights (what every
+    other row passes) compute a wrong product, so the reference check of ``_choice`` would fail."""
+    pretend(monkeypatch, "B200")
+    problem = GemmProblem(4, 128, 128)
+    be = FlashInferTrtllm(api=_fake((10, 0)).api())
+    ops = make_operands(problem, "nvfp4", "nvfp4", seed=5)
+    right = be.run(be.prepare(problem, ops, CPU), DEFAULT_TACTIC).clone()
+    monkeypatch.setattr(FlashInferTrtllm, "inputs", lambda self, p, o, d: nvfp4_inputs(p, o, d, self.name))
+    wrong = be.run(be.prepare(problem, ops, CPU), DEFAULT_TACTIC)
+    assert_matches_reference(right, ops)
+    assert not torch.equal(right, wrong)

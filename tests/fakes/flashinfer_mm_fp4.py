@@ -49,6 +49,7 @@ from packaging.version import Version
 
 from fakes import flashinfer_releases as releases
 from fakes.flashinfer import FakeCutlassFp4Runner, FakeFlashInfer
+from fp4bench import formats
 from fp4bench.backends.builtin._mm_fp4 import MmFp4API
 
 #: the backends ``mm_fp4`` knows and the capabilities each requirement checker supports
@@ -69,6 +70,47 @@ CUDNN_FP4_MIN = 91002
 B12X_MIN_CUDA = Version("12.9")
 #: ``AutoTuner._TIE_MAX_CONTENDERS`` (0.7.4)
 TIE_MAX_CONTENDERS = 4
+#: the fake TRT-LLM-gen weight shuffle: rows rotated by ``SHUFFLE_SHIFT`` within each block of
+#: ``SHUFFLE_BLOCK`` (the real one, ``shuffle_matrix_a(w, 128)``, permutes rows within 32-row blocks by a
+#: fixed table; any permutation that is not its own inverse tests the adapter's contract)
+SHUFFLE_BLOCK, SHUFFLE_SHIFT = 32, 8
+
+
+def _shuffle_rows(x: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    rows = torch.arange(x.shape[0])
+    shift = -SHUFFLE_SHIFT if inverse else SHUFFLE_SHIFT
+    return x[(rows // SHUFFLE_BLOCK) * SHUFFLE_BLOCK + (rows % SHUFFLE_BLOCK + shift) % SHUFFLE_BLOCK]
+
+
+def shuffle_matrix_a(w: torch.Tensor, epilogue_tile_m: int) -> torch.Tensor:
+    """``flashinfer.shuffle_matrix_a``: the rows of uint8 ``[N, K/2]`` bytes in the kernel's order."""
+    assert w.dtype == torch.uint8 and w.dim() == 2 and epilogue_tile_m == 128, (w.dtype, epilogue_tile_m)
+    return _shuffle_rows(w).contiguous()
+
+
+def shuffle_matrix_sf_a(sf: torch.Tensor, epilogue_tile_m: int, num_elts_per_sf: int = 16) -> torch.Tensor:
+    """``flashinfer.shuffle_matrix_sf_a``: linear uint8 scales ``[N, K/16]`` (N % 128), rows shuffled,
+    re-interleaved into 128x4 order."""
+    assert sf.dtype == torch.uint8 and sf.dim() == 2 and epilogue_tile_m == 128, (sf.dtype, epilogue_tile_m)
+    assert sf.shape[0] % 128 == 0, "input_tensor.shape[0] must be a multiple of 128"
+    return formats.swizzle_128x4(_shuffle_rows(sf))
+
+
+def shuffle_b(w: torch.Tensor, sf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``MmFp4API.shuffle_b`` over the fakes, as ``load_mm_fp4`` composes FlashInfer's two functions."""
+    return shuffle_matrix_a(w, 128), shuffle_matrix_sf_a(sf, 128).reshape(sf.shape)
+
+
+def unshuffle_inputs(inputs: list) -> list:
+    """What the TRT-LLM-gen kernel reads from ``mm_fp4``'s shuffled ``b = w.T``, ``b_descale = sf.T``,
+    in the layout of every other runner (the CUTLASS runner's inputs)."""
+    w, sf = inputs[1].T, inputs[3].T
+    n, kb = w.shape
+    lin = formats.unswizzle_128x4(sf.contiguous(), n, kb // 8)
+    out = list(inputs)
+    out[1] = _shuffle_rows(w, inverse=True).contiguous().T
+    out[3] = formats.swizzle_128x4(_shuffle_rows(lin, inverse=True)).view(torch.float8_e4m3fn).T
+    return out
 
 
 def heuristic(sm: int, cuda: str, cudnn: int | None, cute_dsl: bool, suitable: list[str]) -> list[str]:
@@ -139,6 +181,8 @@ class FakeRunner:
         wrong = self.owner.fault == "tuned_wrong" and tactic == WRONG_TACTIC
         try:
             dense.call_s = 0.0  # this runner sleeps out its own device time below
+            if self.backend == "trtllm":
+                inputs = unshuffle_inputs(inputs)
             if wrong:
                 inputs = list(inputs)
                 inputs[4] = torch.ones_like(inputs[4])  # computes without alpha
@@ -289,4 +333,5 @@ class FakeMmFp4:
             supported=lambda b, sm: self.is_compute_capability_supported(sm) if b == "auto"
             else self.is_backend_supported(b, sm),
             autotune=self.tuner.tuning, tuner=lambda: self.tuner, cuda_version=lambda: self.cuda,
-            cudnn_version=lambda: self.cudnn, cudnn_frontend=lambda: self.cudnn_frontend, cute_dsl=lambda: self.cute_dsl)
+            cudnn_version=lambda: self.cudnn, cudnn_frontend=lambda: self.cudnn_frontend, cute_dsl=lambda: self.cute_dsl,
+            shuffle_b=shuffle_b)

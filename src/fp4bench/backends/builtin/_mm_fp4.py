@@ -1,14 +1,15 @@
 """``flashinfer.mm_fp4`` called as a serving engine calls it: one backend named, or ``"auto"``.
 
 The shared part of the ``mm_fp4`` rows (one module per backend: ``flashinfer_auto.py``,
-``flashinfer_cudnn.py``, ``flashinfer_b12x.py``, ``flashinfer_cute_dsl.py``). The call is the
-library's public one (flashinfer/gemm/gemm_base.py ``mm_fp4``)::
+``flashinfer_cudnn.py``, ``flashinfer_b12x.py``, ``flashinfer_cute_dsl.py``,
+``flashinfer_cutedsl_low_latency.py``, ``flashinfer_trtllm.py``). The call is the library's public
+one (flashinfer/gemm/gemm_base.py ``mm_fp4``)::
 
     mm_fp4(a, w.T, a_sf, w_sf.T, alpha, torch.bfloat16, out, block_size=16, backend=B)
 
 with the operands of ``flashinfer-cutlass`` (``nvfp4_inputs``: 128x4 swizzled scales, fp32 alpha
-on the device). ``mm_fp4`` builds one runner per backend (for ``"auto"``: the heuristic's list
-``mm_fp4.suitable_auto_backends``) and runs what ``AutoTuner.choose_one`` answers; outside
+on the device; ``trtllm``: the weight shuffled as that backend reads it). ``mm_fp4`` builds one
+runner per backend (for ``"auto"``: the heuristic's list ``mm_fp4.suitable_auto_backends``) and runs what ``AutoTuner.choose_one`` answers; outside
 autotuning that is the first runner with tactic -1, unless the tuner's cache holds a pick for the
 shape. An untuned row calls under ``autotune(False, skip_ops={"fp4_gemm"})`` (the tuner answers
 ``(runners[0], -1)`` without looking at its cache: what a caller that never tuned gets); a tuned row
@@ -50,7 +51,8 @@ DIST = "flashinfer-python"
 FP4_GEMM_OP = "fp4_gemm"
 #: the fp4bench rows that time each ``mm_fp4`` backend with fixed tactics (what a choice is held to)
 EXPLICIT_ROW = {"cutlass": "flashinfer-cutlass", "cudnn": "flashinfer-cudnn", "b12x": "flashinfer-b12x",
-                "cute-dsl": "flashinfer-cute-dsl", "cutedsl_low_latency": "flashinfer-cutedsl-low-latency"}
+                "cute-dsl": "flashinfer-cute-dsl", "cutedsl_low_latency": "flashinfer-cutedsl-low-latency",
+                "trtllm": "flashinfer-trtllm"}
 #: cuDNN FP4 needs cudnn-frontend >= 1.13 and a cuDNN backend >= 9.10.2 (gemm_base.py
 #: ``_check_cudnn_fp4_availability``); ``auto`` prefers cuDNN on SM100 from backend 9.15 (91500)
 CUDNN_FP4_MIN = 91002
@@ -60,6 +62,9 @@ B12X_MIN_CUDA = Version("12.9")
 #: ``cutedsl_low_latency``'s problem limits (gemm_base.py ``_cutedsl_low_latency_gemm_fp4_requirement``)
 LOW_LATENCY_MAX_M = 8
 LOW_LATENCY_K_ALIGN = 64
+#: the epilogue tile ``nvfp4_quantize(do_shuffle=True)`` shuffles the TRT-LLM-gen weight for
+#: (quantization/fp4_quantization.py ``nvfp4_quantize``: ``epilogue_tile_m = 128``)
+SHUFFLE_EPILOGUE_TILE_M = 128
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,10 @@ class MmFp4API:
     autotune: ``flashinfer.autotune``; tuner(): ``AutoTuner.get()``; cuda_version(): the CUDA
     version FlashInfer decides by (nvcc's, else torch's); cudnn_version(): ``cudnn.backend_version()``
     or None when cudnn-frontend does not import; cudnn_frontend(): its version or None;
-    cute_dsl(): whether FlashInfer found the CuTe DSL (``CUTE_DSL_AVAILABLE``).
+    cute_dsl(): whether FlashInfer found the CuTe DSL (``CUTE_DSL_AVAILABLE``); shuffle_b(w, sf): the
+    TRT-LLM-gen weight layout ``nvfp4_quantize(..., do_shuffle=True)`` makes, from our ``[N, K/2]`` bytes
+    and linear ``[N, K/16]`` uint8 scales: ``shuffle_matrix_a(w, 128)`` and
+    ``shuffle_matrix_sf_a(sf, 128).reshape(sf.shape)`` (128x4 order).
     """
 
     version: str
@@ -86,6 +94,7 @@ class MmFp4API:
     cudnn_version: Callable[[], int | None]
     cudnn_frontend: Callable[[], str | None]
     cute_dsl: Callable[[], bool]
+    shuffle_b: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def load_mm_fp4() -> MmFp4API:
@@ -108,7 +117,9 @@ def load_mm_fp4() -> MmFp4API:
                                            else flashinfer.mm_fp4.is_backend_supported(backend, sm)),
         autotune=flashinfer.autotune, tuner=AutoTuner.get, cuda_version=lambda: str(get_cuda_version()),
         cudnn_version=cudnn_version, cudnn_frontend=cudnn_frontend,
-        cute_dsl=lambda: bool(getattr(gemm_base, "CUTE_DSL_AVAILABLE", False)))
+        cute_dsl=lambda: bool(getattr(gemm_base, "CUTE_DSL_AVAILABLE", False)),
+        shuffle_b=lambda w, sf: (flashinfer.shuffle_matrix_a(w, SHUFFLE_EPILOGUE_TILE_M),
+                                 flashinfer.shuffle_matrix_sf_a(sf, SHUFFLE_EPILOGUE_TILE_M).reshape(sf.shape)))
 
 
 def nvfp4_inputs(problem: GemmProblem, operands: Operands, device: torch.device, backend: str) -> dict[str, Any]:
@@ -200,7 +211,7 @@ class MmFp4Backend(Backend):
             raise ValueError(why)
         assert isinstance(problem, GemmProblem)
         lib = self._library()
-        args = nvfp4_inputs(problem, operands, device, self.name)
+        args = self.inputs(problem, operands, device)
         out = args.pop("out")
         log = ChoiceLog.on(lib.tuner())
         prepared = Prepared(problem, out, {"call": args, "log": log})
@@ -208,6 +219,10 @@ class MmFp4Backend(Backend):
             with lib.autotune(True):
                 self.run(prepared, DEFAULT_TACTIC)
         return prepared
+
+    def inputs(self, problem: GemmProblem, operands: Operands, device: torch.device) -> dict[str, Any]:
+        """``mm_fp4``'s operands (and ``out``) for this backend."""
+        return nvfp4_inputs(problem, operands, device, self.name)
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         lib = self._library()

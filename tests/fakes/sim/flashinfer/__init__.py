@@ -9,4 +9,5 @@ mm_fp4 = MM
 #: ``flashinfer.autotune`` (autotuner.py)
 autotune = TUNER.tuning
 
+from fakes.flashinfer_mm_fp4 import shuffle_matrix_a, shuffle_matrix_sf_a  # noqa: E402,F401
 from flashinfer.fp4_quantization import SfLayout, fp4_quantize, nvfp4_quantize  # noqa: E402,F401
