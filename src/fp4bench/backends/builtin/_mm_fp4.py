@@ -195,6 +195,17 @@ class MmFp4Backend(Backend):
             return Availability.no(f"flashinfer {lib.version}: {why}", lib.version)
         return Availability.yes(lib.version, self.available_reason(lib, info))
 
+    def unsupported_reason(self, problem: Problem) -> str | None:
+        why = super().unsupported_reason(problem)
+        if why is None and isinstance(problem, GemmProblem):
+            rule = self.shape_rule(problem)
+            why = f"{self.name}: {rule}" if rule else None
+        return why
+
+    def shape_rule(self, problem: GemmProblem) -> str | None:
+        """The backend's own rule this problem breaks (beyond ``alignment``), or None."""
+        return None
+
     def requirement(self, lib: MmFp4API, info: _gating.DeviceInfo) -> str | None:
         """Why the library's requirement check of this backend refuses here (versions), or None."""
         return None

@@ -16,7 +16,7 @@ import torch
 from fp4bench.backends.base import Availability
 from fp4bench.backends.builtin import _gating
 from fp4bench.backends.builtin._mm_fp4 import MmFp4API, MmFp4Backend
-from fp4bench.workload.problems import GemmProblem, Problem
+from fp4bench.workload.problems import GemmProblem
 
 #: the capabilities FlashInfer offers this on (the adapter asks the library: ``mm_fp4.is_backend_supported``)
 SUPPORTED_SMS = frozenset({100, 103, 107, 120, 121})  # gemm_base.py _cute_dsl_gemm_fp4_requirement
@@ -36,13 +36,11 @@ class FlashInferCuteDsl(MmFp4Backend):
         self._sm12x = info is not None and info.major == 12
         return super().availability(device)
 
-    def unsupported_reason(self, problem: Problem) -> str | None:
-        why = super().unsupported_reason(problem)
-        if why is None and self._sm12x and isinstance(problem, GemmProblem) and (
-                problem.n % SM12X_ALIGN or problem.k % SM12X_ALIGN):
-            why = (f"{self.name}: FlashInfer's SM120/121 cute-dsl GEMM needs N % {SM12X_ALIGN} == 0 and "
-                   f"K % {SM12X_ALIGN} == 0, got N={problem.n}, K={problem.k}")
-        return why
+    def shape_rule(self, problem: GemmProblem) -> str | None:
+        if self._sm12x and (problem.n % SM12X_ALIGN or problem.k % SM12X_ALIGN):
+            return (f"FlashInfer's SM120/121 cute-dsl GEMM needs N % {SM12X_ALIGN} == 0 and "
+                    f"K % {SM12X_ALIGN} == 0, got N={problem.n}, K={problem.k}")
+        return None
 
     def requirement(self, lib: MmFp4API, info: _gating.DeviceInfo) -> str | None:
         if not lib.cute_dsl():

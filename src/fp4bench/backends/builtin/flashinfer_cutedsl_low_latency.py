@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fp4bench.backends.builtin import _gating
 from fp4bench.backends.builtin._mm_fp4 import LOW_LATENCY_K_ALIGN, LOW_LATENCY_MAX_M, MmFp4API, MmFp4Backend
-from fp4bench.workload.problems import GemmProblem, Problem
+from fp4bench.workload.problems import GemmProblem
 
 #: the capabilities FlashInfer offers this on (the adapter asks the library: ``mm_fp4.is_backend_supported``)
 SUPPORTED_SMS = frozenset({100, 103, 107})  # gemm_base.py _cutedsl_low_latency_gemm_fp4_requirement
@@ -23,13 +23,11 @@ class FlashInferCuteDslLowLatency(MmFp4Backend):
     api = "flashinfer.mm_fp4(backend='cutedsl_low_latency'), M <= 8, untuned (default tactic)"
     library_backend = "cutedsl_low_latency"
 
-    def unsupported_reason(self, problem: Problem) -> str | None:
-        why = super().unsupported_reason(problem)
-        if why is None and isinstance(problem, GemmProblem) and (
-                problem.m > LOW_LATENCY_MAX_M or problem.k % LOW_LATENCY_K_ALIGN):
-            why = (f"{self.name}: FlashInfer's cutedsl_low_latency needs M <= {LOW_LATENCY_MAX_M} and "
-                   f"K % {LOW_LATENCY_K_ALIGN} == 0, got M={problem.m}, K={problem.k}")
-        return why
+    def shape_rule(self, problem: GemmProblem) -> str | None:
+        if problem.m > LOW_LATENCY_MAX_M or problem.k % LOW_LATENCY_K_ALIGN:
+            return (f"FlashInfer's cutedsl_low_latency needs M <= {LOW_LATENCY_MAX_M} and "
+                    f"K % {LOW_LATENCY_K_ALIGN} == 0, got M={problem.m}, K={problem.k}")
+        return None
 
     def requirement(self, lib: MmFp4API, info: _gating.DeviceInfo) -> str | None:
         if not lib.cute_dsl():

@@ -21,7 +21,7 @@ from fp4bench import formats
 from fp4bench.backends.builtin._marshal import fp4_pair
 from fp4bench.backends.builtin._mm_fp4 import MmFp4Backend, nvfp4_inputs
 from fp4bench.workload.operands import Operands
-from fp4bench.workload.problems import GemmProblem, Problem
+from fp4bench.workload.problems import GemmProblem
 
 #: the capabilities FlashInfer offers this on (the adapter asks the library: ``mm_fp4.is_backend_supported``)
 SUPPORTED_SMS = frozenset({100, 103})  # gemm_base.py _trtllm_gemm_fp4_requirement (also 107)
@@ -34,12 +34,11 @@ class FlashInferTrtllm(MmFp4Backend):
     api = "flashinfer.mm_fp4(backend='trtllm') on shuffled weights (do_shuffle=True), untuned (default tactic)"
     library_backend = "trtllm"
 
-    def unsupported_reason(self, problem: Problem) -> str | None:
-        why = super().unsupported_reason(problem)
-        if why is None and isinstance(problem, GemmProblem) and (problem.n % N_ALIGN or problem.k % K_ALIGN):
-            why = (f"{self.name}: the TRT-LLM-gen weight shuffle needs N % {N_ALIGN} == 0 and K % {K_ALIGN} == 0, "
-                   f"got N={problem.n}, K={problem.k}")
-        return why
+    def shape_rule(self, problem: GemmProblem) -> str | None:
+        if problem.n % N_ALIGN or problem.k % K_ALIGN:
+            return (f"the TRT-LLM-gen weight shuffle needs N % {N_ALIGN} == 0 and K % {K_ALIGN} == 0, "
+                    f"got N={problem.n}, K={problem.k}")
+        return None
 
     def inputs(self, problem: GemmProblem, operands: Operands, device: torch.device) -> dict[str, Any]:
         args = nvfp4_inputs(problem, operands, device, self.name)
