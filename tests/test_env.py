@@ -175,3 +175,47 @@ def test_physical_gpu_change_is_shown_only_when_both_sides_recorded_it():
     assert a.differences(b) == [("gpu_uuid", "GPU-aaaa", "GPU-bbbb")]
     assert a.same_model(b)  # another unit of the same model is comparable, not refused
     assert H200.differences(b) == [] and a.differences(H200) == []  # older baselines have no UUID
+
+
+def _fake_nvcc(tmp_path, release: str) -> str:
+    """A CUDA home whose ``bin/nvcc --version`` prints ``release`` as nvcc does."""
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.88'\n")
+    nvcc.chmod(0o755)
+    return str(home)
+
+
+def test_the_fingerprint_names_what_decides_flashinfers_choices(monkeypatch, tmp_path, no_kernel_imports):
+    """nvcc (where FlashInfer looks: CUDA_HOME), cudnn-frontend and the cubin / JIT-cache packages,
+    the settings that change picks and the tuning files they name, by content."""
+    real = importlib.metadata.version
+    dists = {"nvidia-cudnn-frontend": "1.14.0", "flashinfer-cubin": "0.7.4", "flashinfer-jit-cache": "0.7.4+cu130"}
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: dists.get(name) or real(name))
+    cache = tmp_path / "tune"
+    cache.mkdir()
+    (cache / "mm_fp4.json").write_text('{"a": 1}')
+    monkeypatch.setenv("CUDA_HOME", _fake_nvcc(tmp_path, "12.9"))
+    monkeypatch.setenv("FLASHINFER_AUTOTUNE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("FLASHINFER_TACTICS_BLOCKLIST", str(tmp_path / "missing.json"))
+    fp = collect_fingerprint("cpu")
+    assert fp.nvcc == "12.9 (V12.9.88)"
+    assert (fp.cudnn_frontend, fp.flashinfer_cubin, fp.flashinfer_jit_cache) == ("1.14.0", "0.7.4", "0.7.4+cu130")
+    assert fp.flashinfer_pick_env == (f"FLASHINFER_AUTOTUNE_CACHE_DIR={cache}, "
+                                      f"FLASHINFER_TACTICS_BLOCKLIST={tmp_path / 'missing.json'}")
+    assert fp.flashinfer_tuning_files == "mm_fp4.json:f9d86028c6e0, missing.json:absent"
+    (cache / "mm_fp4.json").write_text('{"a": 2}')  # another tuned pick: another fingerprint
+    monkeypatch.setenv("CUDA_HOME", _fake_nvcc(tmp_path / "13", "13.0"))
+    again = collect_fingerprint("cpu")
+    changed = {k for k, _, _ in fp.differences(again)}
+    assert changed == {"nvcc", "flashinfer_tuning_files"}, fp.differences(again)
+
+
+def test_without_nvcc_or_settings_the_fields_are_none(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "none"))
+    for var in ("FLASHINFER_AUTOTUNE_CACHE_DIR", "FLASHINFER_TACTICS_BLOCKLIST", "FLASHINFER_AUTOTUNER_LOAD_FROM_FILE",
+                "FLASHINFER_DIST_AWARE_AUTOTUNE", "FLASHINFER_AUTOTUNE_TIMER", "FLASHINFER_NVCC"):
+        monkeypatch.delenv(var, raising=False)
+    fp = collect_fingerprint("cpu")
+    assert fp.nvcc is None and fp.flashinfer_pick_env is None and fp.flashinfer_tuning_files is None

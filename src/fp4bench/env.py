@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from fp4bench.backends.builtin import _choice_env as choice_env
 from fp4bench.backends.builtin import _numerics_env as numerics_env
 from fp4bench.gpus import nvml
 from fp4bench.gpus.devices import device_uuid
@@ -71,6 +72,17 @@ class Fingerprint:
     #: FlashInfer's NVFP4-quantization environment variables that are set ("K=V, ..."; None: none
     #: is): they change the rounding of NVFP4 activations, so a difference is a stack change
     flashinfer_numerics_env: str | None = None
+    #: what decides FlashInfer's own choices (``backends.builtin._choice_env``): the nvcc FlashInfer
+    #: reads its CUDA version from ("13.0 (V13.0.88)"), cuDNN (torch's, e.g. 91500) and
+    #: cudnn-frontend, the prebuilt cubin / JIT-cache packages, the settings that change picks
+    #: ("K=V, ...") and the tuning files they name ("name:sha12, ...")
+    nvcc: str | None = None
+    cudnn: int | None = None
+    cudnn_frontend: str | None = None
+    flashinfer_cubin: str | None = None
+    flashinfer_jit_cache: str | None = None
+    flashinfer_pick_env: str | None = None
+    flashinfer_tuning_files: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,6 +222,13 @@ def collect_fingerprint(device: Any = None) -> Fingerprint:
         sgl_kernel=dist_version(*_DISTS["sgl_kernel"]),
         python=platform.python_version(),
         flashinfer_numerics_env=numerics_env.describe(numerics_env.set_vars()),
+        nvcc=choice_env.nvcc_version(),
+        cudnn=choice_env.cudnn_version(),
+        cudnn_frontend=dist_version("nvidia-cudnn-frontend"),
+        flashinfer_cubin=dist_version("flashinfer-cubin"),
+        flashinfer_jit_cache=dist_version("flashinfer-jit-cache"),
+        flashinfer_pick_env=choice_env.pick_settings(),
+        flashinfer_tuning_files=choice_env.tuning_files(),
     )
     dev = torch.device(device) if device is not None else None
     if dev is None:

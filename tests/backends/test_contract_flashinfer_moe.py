@@ -1,6 +1,6 @@
 """Contract tests for the FlashInfer CUTLASS fused-MoE adapters, on CPU, against a fake library.
 
-The fake mirrors ``flashinfer.cutlass_fused_moe`` as the 0.7.2.post1 binding reads its
+The fake (``fakes.flashinfer_moe_api``) mirrors ``flashinfer.cutlass_fused_moe`` as the 0.7.2.post1 binding reads its
 arguments (flashinfer_cutlass_fused_moe_binding.cu: dtypes, ranks, quant-scale lists,
 profile-id ranges) and computes the MoE the way the kernel does: it *decodes the arguments
 in the library's layout* (SM90: de-interleaved weight bytes and folded scales; Blackwell:
@@ -20,183 +20,17 @@ import itertools
 import pytest
 import torch
 
-from fp4bench import formats
 from fp4bench.backends.builtin import flashinfer_moe as fim
 from fp4bench.backends.base import DEFAULT_TACTIC, Tactic, TacticUnsupported
 from fp4bench.backends.registry import get_backend
 from fp4bench.formats import sm90_interleave as sm90
 from fp4bench.workload.operands import make_operands
-from fp4bench.workload.problems import GemmProblem, MoEProblem
-from fp4bench.reference.moe import moe_error_bound, reference_moe
+from fp4bench.workload.problems import GemmProblem
 
 CPU = torch.device("cpu")
 
 
-# --------------------------------------------------------------------------- the fake library
-class FakeRunner:
-    def __init__(self, n1: int, n2: int, invalid: set[int] = frozenset(), zero_occ: set[int] = frozenset()):
-        self.n1, self.n2, self.invalid, self.zero_occ = n1, n2, set(invalid), set(zero_occ)
-
-    def get_gemm1_tactic_count(self) -> int:
-        return self.n1
-
-    def get_gemm2_tactic_count(self) -> int:
-        return self.n2
-
-    def get_tactic_occupancy(self, t: int) -> int:
-        return 0 if t in self.zero_occ else 2
-
-    def get_valid_tactics_for_shape(self, stage: int, n: int, k: int) -> list[int]:
-        lo, hi = (0, self.n1) if stage == 1 else (self.n1, self.n1 + self.n2)
-        return [t for t in range(lo, hi) if t not in self.invalid]
-
-
-class FakeFlashInfer:
-    """Stands in for ``FlashInferMoEApi``; ``mistake`` makes it decode wrongly (negative tests)."""
-
-    def __init__(self, arch: str = "90", n1: int = 116, n2: int = 116, mistake: str | None = None,
-                 failing: set[int] = frozenset(), invalid: set[int] = frozenset(),
-                 zero_occ: set[int] = frozenset()):
-        self.arch, self.mistake, self.failing = arch, mistake, set(failing)
-        self.runner = FakeRunner(n1, n2, invalid, zero_occ)
-        self.calls: list[dict] = []
-
-    def version(self) -> str:
-        return "0.7.2.post1-fake"
-
-    def device_arch(self, device: torch.device) -> str:
-        return self.arch
-
-    def accepts(self, keyword: str) -> bool:
-        return False  # 0.7.2.post1's cutlass_fused_moe: no nvfp4_4over6
-
-    def workspace_size(self, **kw) -> int:
-        assert kw["use_fused_finalize"] is False
-        return 4096
-
-    def interleave_weights(self, w: torch.Tensor) -> torch.Tensor:
-        assert w.dtype == torch.uint8 and w.dim() == 3 and w.is_contiguous()
-        return sm90.sm90_interleave_fp4_weights(w)
-
-    def interleave_scales(self, s: torch.Tensor) -> torch.Tensor:
-        assert s.dtype == torch.uint8 and s.dim() == 3
-        return sm90.sm90_interleave_mxfp4_scales(s)
-
-    def tactic_runner(self, arch, x_dtype, weight_dtype, top_k, use_w4_group_scaling):
-        assert arch == self.arch
-        return self.runner
-
-    # -- the op ------------------------------------------------------------------------
-    def cutlass_fused_moe(self, *, input, token_selected_experts, token_final_scales,
-                          fc1_expert_weights, fc2_expert_weights, output_dtype, quant_scales,
-                          output, profile_ids, use_fused_finalize, workspace_buffer,
-                          use_w4_group_scaling=False, input_sf=None, swizzled_input_sf=True):
-        self.calls.append({"profile_ids": list(profile_ids), "use_fused_finalize": use_fused_finalize})
-        n1, n2 = self.runner.n1, self.runner.n2
-        g1, g2 = profile_ids
-        if not (g1 == -1 or 0 <= g1 < n1) or not (g2 == -1 or n1 <= g2 < n1 + n2):
-            raise RuntimeError(f"Invalid gemm profile id: {profile_ids}")
-        if g1 in self.failing or g2 in self.failing:
-            raise RuntimeError("[TensorRT-LLM][ERROR] Failed to initialize cutlass TMA WS grouped gemm.\nmore")
-        assert output_dtype == torch.bfloat16 and output.dtype == torch.bfloat16
-        assert token_selected_experts.dtype == torch.int32 and token_final_scales.dtype == torch.float32
-        assert workspace_buffer.dtype == torch.uint8 and workspace_buffer.numel() >= 4096
-        if self.arch == "90":
-            w1, w2, x = self._decode_w4a16(input, fc1_expert_weights, fc2_expert_weights, quant_scales,
-                                           use_w4_group_scaling)
-            fc2_quant = None
-        else:
-            w1, w2, x, fc2_quant = self._decode_nvfp4(input, input_sf, swizzled_input_sf,
-                                                      fc1_expert_weights, fc2_expert_weights, quant_scales)
-        output.copy_(self._moe(x, w1, w2, token_selected_experts, token_final_scales, fc2_quant))
-
-    def _decode_w4a16(self, x, fc1, fc2, quant_scales, use_w4):
-        assert use_w4 is True and x.dtype == torch.bfloat16
-        assert fc1.dtype == fc2.dtype == torch.uint8 and len(quant_scales) == 2
-        assert all(q.dtype == torch.int32 for q in quant_scales)
-        e, two_i, hb = fc1.shape
-        h, inter = hb * 2, fc2.shape[2] * 2
-        assert fc2.shape == (e, h, inter // 2) and two_i == 2 * inter
-        if self.mistake != "no_weight_deinterleave":
-            fc1, fc2 = sm90.sm90_deinterleave_fp4_weights(fc1), sm90.sm90_deinterleave_fp4_weights(fc2)
-        s1, s2 = (q.view(torch.uint8) for q in quant_scales)
-        if self.mistake == "no_scale_deinterleave":
-            s1, s2 = s1.reshape(e, two_i, h // 32), s2.reshape(e, h, inter // 32)
-        else:
-            s1 = sm90.sm90_deinterleave_mxfp4_scales(s1, two_i, h // 32)
-            s2 = sm90.sm90_deinterleave_mxfp4_scales(s2, h, inter // 32)
-        w1 = formats.mxfp4_dequantize(formats.MXFP4(fc1, s1))
-        w2 = formats.mxfp4_dequantize(formats.MXFP4(fc2, s2))
-        return w1, w2, x.float()
-
-    def _decode_nvfp4(self, x, input_sf, swizzled, fc1, fc2, quant_scales):
-        assert x.dtype == torch.uint8 and input_sf is not None and swizzled is True
-        assert fc1.dtype == fc2.dtype == torch.int64 and len(quant_scales) == 6
-        a_gs, s1, alpha1, gs2, s2, alpha2 = quant_scales
-        assert s1.dtype == s2.dtype == torch.int32 and a_gs.dim() == 0 and gs2.dim() == 0
-        e = fc1.shape[0]
-        h, inter = fc2.shape[1], fc2.shape[2] * 16
-        assert fc1.shape == (e, 2 * inter, h // 16) and alpha1.shape == alpha2.shape == (e,)
-
-        def weights(w, s, rows, k):
-            sf = formats.unswizzle_128x4(s.view(torch.uint8), rows, k // 16).view(torch.float8_e4m3fn)
-            return formats.nvfp4_dequantize(formats.NVFP4(w.view(torch.uint8), sf, torch.ones(())))
-
-        a_sf = formats.unswizzle_128x4(input_sf, x.shape[0], h // 16).view(torch.float8_e4m3fn)
-        a = formats.nvfp4_dequantize(formats.NVFP4(x, a_sf, torch.ones(())))        # e2m1 * sf, no gs
-        w1 = weights(fc1, s1, 2 * inter, h) * alpha1[:, None, None]   # alpha folded per expert
-        w2 = weights(fc2.view(torch.int64), s2, h, inter) * alpha2[:, None, None]
-        return w1, w2, a, gs2
-
-    def _moe(self, x, w1, w2, ids, scales, fc2_quant_gs):
-        inter = w2.shape[2]
-        out = torch.zeros(x.shape[0], w2.shape[1])
-        for e in ids.unique().tolist():
-            tok, slot = (ids == e).nonzero(as_tuple=True)
-            h = (x[tok] @ w1[e].t()).to(torch.bfloat16).float()        # GEMM1 stores bf16
-            linear, gate = h[:, :inter], h[:, inter:]                  # kernel: up first, gate second
-            if self.mistake == "gate_first":
-                linear, gate = gate, linear
-            act = torch.nn.functional.silu(gate) * linear
-            if fc2_quant_gs is None:
-                act = act.to(torch.bfloat16).float()
-            else:                                                      # in-kernel NVFP4 requant; alpha2 holds 1/gs2
-                q = formats.nvfp4_quantize(act, global_scale=fc2_quant_gs)
-                act = formats.nvfp4_dequantize(formats.NVFP4(q.data, q.scales, torch.ones(())))
-            y = (act @ w2[e].t()).to(torch.bfloat16).float()           # GEMM2 stores bf16
-            out.index_add_(0, tok, y * scales[tok, slot][:, None])     # fp32 finalize
-        return out.to(torch.bfloat16)
-
-
-# --------------------------------------------------------------------------- helpers
-def _problem(t=5, e=6, k=2, h=256, i=128, seed=0) -> MoEProblem:
-    g = torch.Generator().manual_seed(seed)
-    ids = tuple(tuple(torch.randperm(e, generator=g)[:k].tolist()) for _ in range(t))
-    return MoEProblem(hidden=h, inter=i, num_experts=e, top_k=k, topk_ids=ids)
-
-
-def _matches(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> bool:
-    """Kernel-vs-reference check on the *same bytes*.
-
-    Both sides decode identical FP4 bytes exactly and round the same intermediates to bf16,
-    so they differ by (a) the final bf16 store of the output, <= 2^-9 |ref| (half an ulp,
-    RNE), and (b) fp32 summation order, ~K * 2^-24 relative, which on a rare near-tie flips
-    an intermediate bf16 (NVFP4 path: E2M1) rounding. Tier 1 -- 99.9 % of elements within
-    2^-8 |ref| + 2^-12 max|ref| -- catches any systematic error (a 1 % scale error fails it
-    almost everywhere); tier 2 -- every element within ``moe_error_bound`` (the worst case
-    of (a) + (b) through the magnitudes, reference/moe.py) -- bounds the rare flips.
-    """
-    ref = ref.float()
-    err = (out.float() - ref).abs()
-    tight = err <= 2 ** -8 * ref.abs() + 2 ** -12 * float(ref.abs().max())
-    return bool(torch.isfinite(out).all()) and float(tight.float().mean()) >= 0.999 \
-        and bool((err <= bound).all())
-
-
-def _check(be, prep, ops, out) -> bool:
-    ref = reference_moe(ops, **be.reference_options(prep))
-    gs2 = prep.args["meta"].get("fc2_act_global_scale")
-    return _matches(out, ref, moe_error_bound(ops, ref, be.intermediate, gs2))
+from fakes.flashinfer_moe_api import FakeFlashInfer, check_moe as _check, moe_problem as _problem
 
 
 def _run(backend, ops, tactic=DEFAULT_TACTIC):
@@ -304,6 +138,22 @@ def test_unusable_tactics_raise_tactic_unsupported() -> None:
     assert [-1, 5] not in called and [-1, 7] not in called     # rejected before any launch
     with pytest.raises(ValueError, match="pair"):
         be.run(prep, Tactic(3, "bad"))
+
+
+def test_the_nvfp4_row_keeps_the_tactics_the_shape_filter_leaves_out_as_the_tuner_does() -> None:
+    """FlashInfer filters by ``get_valid_tactics_for_shape`` for W4A16 only (core.py
+    ``MoERunner.get_valid_tactics``: ``if not self.use_w4_group_scaling: return valid_tactics``), so
+    the explicit NVFP4 row runs every tactic the tuner may pick; zero occupancy still rules one out."""
+    fake = FakeFlashInfer("100", n1=4, n2=4, invalid={5}, zero_occ={7})
+    be = fim.FlashInferCutlassMoENVFP4(api=fake)
+    ops = make_operands(_problem(), *NVFP4)
+    prep = be.prepare(ops.problem, ops, CPU)
+    be.run(prep, Tactic((-1, 5), "g1-default+g2-001"))
+    assert fake.calls[-1]["profile_ids"] == [-1, 5]
+    with pytest.raises(TacticUnsupported, match="zero occupancy"):
+        be.run(prep, Tactic((-1, 7), "g1-default+g2-003"))
+    assert fake.get_valid_tactics([None, prep.args["call"]["fc1_expert_weights"], None,
+                                   prep.args["call"]["fc2_expert_weights"], None], None, gemm_idx=2) == [4, 5, 6]
 
 
 # --------------------------------------------------------------------------- gates
@@ -459,3 +309,26 @@ def test_w4a16_every_tactic_is_replayed_on_two_operand_sets_and_a_stale_tactic_f
         Stale(api=FakeFlashInfer("90", n1=1, n2=1)), p, DEFAULT_TACTIC, measure=False)
     assert res.status == FAILED and res.check.kind == REPLAY_MISMATCH
     assert res.reason.startswith("replay mismatch: 2 of 4 replays; first bad: replay 2 (operand set B): mismatch")
+
+
+# --------------------------------------------------------------------------- the autotuned rows
+@pytest.mark.parametrize("arch, cls, fmt", [("90", "FlashInferCutlassMoEW4A16Tuned", W4A16),
+                                            ("100", "FlashInferCutlassMoENVFP4Tuned", NVFP4)])
+def test_the_tuned_row_runs_the_tuners_pick_with_the_librarys_defaults_and_records_it(arch, cls, fmt) -> None:
+    """No ``profile_ids``, no ``use_fused_finalize`` (the library's default): the tuner's GEMM1 and
+    GEMM2 picks run, the output is checked like the explicit rows', the choice is recorded."""
+    from fp4bench.backends.builtin import flashinfer_moe_tuned as tuned
+
+    fake = FakeFlashInfer(arch, n1=8, n2=8, fastest=(5, 11))
+    be = getattr(tuned, cls)(api=fake)
+    assert be.tactics(_problem(), CPU) == [DEFAULT_TACTIC] and be.choice_row
+    ops = make_operands(_problem(), *fmt, seed=3)
+    prep, out = _run(be, ops)
+    assert _check(be, prep, ops, out)
+    assert fake.calls[0] == {"profile_ids": [5, 11], "use_fused_finalize": True}  # tuned in prepare
+    assert fake.calls[-1] == {"profile_ids": [5, 11], "use_fused_finalize": True}  # the timed call: the cached pick
+    assert "use_fused_finalize" not in fake.workspace_calls[-1]
+    assert be.library_choice(prep) == {"backend": "cutlass", "tactic": [5, 11], "tuned": True,
+                                       "compare_with": be.explicit}
+    be.prepare(ops.problem, ops, CPU)  # another copy: the shape is in the tuner's cache, not profiled again
+    assert len(fake.tune.profiled) == 16

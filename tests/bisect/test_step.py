@@ -19,7 +19,8 @@ def _doc(rows: list[tuple[str, str, float]], exit_code: int) -> dict:
     import numpy as np
 
     from fakes.benchjson import H200, samples
-    from fp4bench.ab.judge import judge, to_json
+    from fp4bench.ab.judge import judge
+    from fp4bench.ab.report import to_json
     from fp4bench.ab.records import AbRun, Paired, SideResult
     from fp4bench.gate.policy import Policy
 

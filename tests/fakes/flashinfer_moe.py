@@ -26,6 +26,12 @@ Written from the library's binding and kernels, decoding with ``fakes.decode`` (
 
 ``fault`` reproduces library/adapter disagreements for the simulated runs: ``gate_first``,
 ``scales_linear``, ``ignore_global`` (alpha not applied), ``arg_check`` (a check our call fails).
+
+Without ``profile_ids`` the call asks ``tuner`` (``fakes.flashinfer_mm_fp4.FakeAutoTuner``) for the
+GEMM1 and GEMM2 tactics, as core.py does (``choose_one("trtllm::fused_moe::gemm1", [runner], ...,
+gemm_idx=1)``, then ``gemm2``). A call lasts ``call_s`` simulated seconds; ``tuner_fault``:
+``mispick`` (the tuner reads GEMM1 tactic ``MISPICK_TACTIC`` as fastest; the call then takes twice
+as long) or ``tuned_wrong`` (GEMM1 tactic ``WRONG_TACTIC`` is the fastest and ignores alpha).
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import os
+import time
 
 import torch
 
 from fakes import flashinfer_releases as releases
 from fakes.decode import E2M1_VALUES, FakeContractError, Misread, dequant, raw_bytes, read_scales
+from fakes.flashinfer_mm_fp4 import MISPICK_TACTIC, WRONG_TACTIC, moe_valid_tactics
 
 _TACTIC_TEXT = {
     "can_implement": "[TensorRT-LLM][ERROR] Assertion failed: Grouped GEMM kernel will fail for params. "
@@ -126,6 +134,28 @@ class FakeMoERunner:
 
 
 @dataclass
+class FakeMoETunable:
+    """The ``MoERunner`` as the tuner sees it: valid tactics per GEMM and their simulated times."""
+
+    owner: "FakeFusedMoE"
+
+    def get_valid_tactics(self, inputs: list, profile: object, gemm_idx: int = 1) -> list[int]:
+        """``MoERunner.get_valid_tactics``: NVFP4 fc1 ``[E, 2I, H/16]`` int64, fc2 ``[E, H, I/16]``."""
+        _, fc1, _, fc2, _ = inputs
+        h, two_i = fc2.shape[1], fc1.shape[1]
+        n, k = (two_i, h) if gemm_idx == 1 else (h, two_i // 2)
+        return moe_valid_tactics(FakeMoERunner(self.owner), gemm_idx, n, k, w4_group_scaling=False)
+
+    def measured_time(self, tactic: int, gemm_idx: int = 1) -> float:
+        fault = self.owner.tuner_fault
+        if gemm_idx == 1 and tactic == MISPICK_TACTIC and fault == "mispick":
+            return 0.0
+        if gemm_idx == 1 and tactic == WRONG_TACTIC and fault == "tuned_wrong":
+            return 0.5
+        return 1.0 + tactic * 1e-3  # the default-order tactic wins a tie
+
+
+@dataclass
 class FakeFusedMoE:
     """The fused-MoE entry points, Blackwell NVFP4 only; counts calls and logs launched kernels."""
 
@@ -139,6 +169,9 @@ class FakeFusedMoE:
     kernels: list = field(default_factory=list)
     #: the keywords of each call (what the adapter passed)
     keywords: list = field(default_factory=list)
+    tuner: object = None
+    tuner_fault: str | None = None
+    call_s: float = 0.0
 
     @property
     def release(self) -> releases.Release:
@@ -160,7 +193,26 @@ class FakeFusedMoE:
         unmodelled = sorted(set(kwargs) - _MODELLED)
         if unmodelled:
             raise NotImplementedError(f"the fake cutlass_fused_moe does not model {unmodelled} (the library takes them)")
-        return self._run(four_over_six=None if pinned else four_over_six_from_env(), **kwargs)
+        t0 = time.perf_counter()
+        if kwargs.get("profile_ids") is None and self.tuner is not None:
+            tunable = FakeMoETunable(self)
+            ins = [kwargs["input"], kwargs["fc1_expert_weights"], None, kwargs["fc2_expert_weights"], None]
+            ids = [self.tuner.choose_one(f"trtllm::fused_moe::gemm{g}", [tunable], None, ins, gemm_idx=g)[1]
+                   for g in (1, 2)]
+            kwargs["profile_ids"] = ids
+        g1 = (kwargs.get("profile_ids") or [-1])[0]
+        wrong = self.tuner_fault == "tuned_wrong" and g1 == WRONG_TACTIC
+        keep = self.fault
+        self.fault = "ignore_global" if wrong else self.fault
+        try:
+            out = self._run(four_over_six=None if pinned else four_over_six_from_env(), **kwargs)
+        finally:
+            self.fault = keep
+        slow = 2.0 if self.tuner_fault == "mispick" and g1 == MISPICK_TACTIC else 1.0
+        left = t0 + self.call_s * slow - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+        return out
 
     def _run(self, *, input, token_selected_experts, token_final_scales, fc1_expert_weights,
              fc2_expert_weights, output_dtype, quant_scales, output=None, input_sf=None,

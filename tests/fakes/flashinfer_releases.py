@@ -21,6 +21,14 @@ one release lacks fails in CPU tests as it would on the GPU:
   0.7.2.post1 raises ``ValueError("Unknown backend: ...")`` for ``"auto"`` (:1193 / :1860). These
   signatures keep their real defaults (the fake reads them: ``bind_call``).
 
+* ``flashinfer.mm_fp4``: gemm/gemm_base.py:9538 (0.7.2.post1), :10096 (0.7.4); 0.7.4 adds the
+  keyword-only ``batch_invariant=False`` (the batch-invariant GEMM class in place of the backends).
+  ``_heuristic_func_mm_fp4`` (:9301 / :9853) and the backends' requirement checks (:7872-8095 /
+  :8416-8640) decide alike in both.
+* ``flashinfer.autotune``: autotuner/autotuner.py:835 (0.7.2.post1), :906 (0.7.4); 0.7.4 adds
+  ``tie_tolerance=None`` (near-tied tactics enumerated before the fastest are re-timed and the first
+  that stays within the tolerance is kept: ``AutoTuner._settle_near_ties``, :3400).
+
 Unchanged between the two (byte-identical files): the dense config tables and the SM120 default
 (include/flashinfer/gemm/fp4_gemm_cutlass_template*.h, csrc/fp4_gemm_cutlass*.cu), the runners'
 error texts (fp4_gemm_template_sm120.h:166-192, moe_gemm_tma_ws_launcher.inl).
@@ -127,8 +135,16 @@ class Release:
     quant_auto: bool
     #: each quantizer's ``ValueError`` text for a backend it does not know (``{backend}``: the name)
     quant_unknown_backend: dict[str, str]
+    mm_fp4: inspect.Signature
+    autotune: inspect.Signature
 
 
+#: mm_fp4's parameters with their defaults (``out_dtype`` is torch.bfloat16: left to the fake, which fills it)
+_MM_FP4 = (("a", _P.empty), ("b", _P.empty), ("a_descale", _P.empty), ("b_descale", _P.empty), ("alpha", None),
+           ("out_dtype", None), ("out", None), ("block_size", 16), ("use_8x4_sf_layout", False), ("backend", "auto"),
+           ("use_nvfp4", True), ("enable_pdl", True))
+_AUTOTUNE = (("tune_mode", True), ("cache", None), ("tuning_buckets", None), ("round_up", None), ("skip_ops", None),
+             ("cuda_graph_profile_replays", None))
 _Q072 = _quantizers("cuda", ())
 _Q074 = _quantizers("auto", (("batch_invariant", False),))
 RELEASES = {
@@ -138,14 +154,17 @@ RELEASES = {
                            # fp4_quantization.py:1193, :1860
                            quant_unknown_backend={
                                "fp4_quantize": "Unknown backend: {backend}. Must be 'cuda' or 'cute-dsl'.",
-                               "nvfp4_quantize": "Unknown backend: {backend}. Must be 'cuda', 'cute-dsl' or 'cake'."}),
+                               "nvfp4_quantize": "Unknown backend: {backend}. Must be 'cuda', 'cute-dsl' or 'cake'."},
+                           mm_fp4=with_defaults(_MM_FP4), autotune=with_defaults(_AUTOTUNE)),
     "0.7.4": Release("0.7.4", signature(_MOE_REQUIRED, _MOE_OPTIONAL, _MOE_KWONLY + ("nvfp4_4over6",)),
                      signature(_WS_REQUIRED, (), _WS_KWONLY), signature(_RUNNER_REQUIRED), streamk_reinit=False,
                      fp4_quantize=_Q074[0], nvfp4_quantize=_Q074[1], quant_auto=True,
                      # fp4_quantization.py:1265, :1991
                      quant_unknown_backend={
                          "fp4_quantize": "Unknown backend: {backend}. Must be 'auto', 'cuda' or 'cute-dsl'.",
-                         "nvfp4_quantize": "Unknown backend: {backend}. Must be 'cuda', 'cute-dsl' or 'cake'."}),
+                         "nvfp4_quantize": "Unknown backend: {backend}. Must be 'cuda', 'cute-dsl' or 'cake'."},
+                     mm_fp4=with_defaults(_MM_FP4, (("batch_invariant", False),)),
+                     autotune=with_defaults(_AUTOTUNE + (("tie_tolerance", None),))),
 }
 DEFAULT = "0.7.2.post1"
 

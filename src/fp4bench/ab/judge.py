@@ -87,11 +87,12 @@ def _ruled(v: Verdict, p: Paired | None, settings: rule.RuleSettings) -> Verdict
         return v
     crashed = f"; crashed: {', '.join(c.proc for c in p.crashes)} (dropped)" if p.crashes else ""
     common = dict(noise=None, floor=settings.floor)
+    chosen = [x for x in v.reason.split("; ") if x.startswith("choice changed")]  # gate.picks
     if p.estimate is None:
         return dataclasses.replace(v, status=Status.AMBIGUOUS, kind=LOST_WORKER if p.crashes else TOO_FEW,
                                    undecided=True, **common,
                                    reason=f"not judged: fewer than {MIN_REPLICATES} usable processes per side"
-                                          + crashed)
+                                          + "".join(f"; {x}" for x in chosen) + crashed)
     e = p.estimate
     lo, hi = e.est.interval_pct
     band = math.expm1(settings.threshold) * 100
@@ -106,7 +107,7 @@ def _ruled(v: Verdict, p: Paired | None, settings: rule.RuleSettings) -> Verdict
     else:
         why = f"undecided ({p.stopped}): the interval straddles the {band:.2g}% guard band"
     kernels = [x for x in v.reason.split("; ") if "kernel" in x]  # compare()'s kernel-set notes
-    why = "; ".join(x for x in [why, *kernels] if x)
+    why = "; ".join(x for x in [why, *chosen, *kernels] if x)
     base = _side_level(p, e.offsets)
     return dataclasses.replace(v, status=status, ratio=math.exp(e.est.delta), improved=status is Status.PASS
                                and rule.improved(e.est, settings), undecided=False, n_base=e.est.n_base,

@@ -12,6 +12,7 @@ from fp4bench.ab.judge import TIMED, outcome, skipped_on_both
 from fp4bench.ab.records import AbRun, GpuPart, Paired
 from fp4bench.gate import verdict_json
 from fp4bench.gate.compare import CompareResult, delta_spread
+from fp4bench.gate.picks import choice_of, choice_text
 from fp4bench.gate.verdict import TIMING, Status, Verdict
 from fp4bench.report.tables import _render, describe_changes, format_seconds
 from fp4bench.report.textfit import common_prefix, fit_table, wrap_line
@@ -74,6 +75,16 @@ def version_changes(run: AbRun, result: CompareResult) -> list[tuple[str, str, s
         va, vb = p.a.extra_info.get("backend_version"), p.b.extra_info.get("backend_version")
         if va != vb and (va or vb):
             out.append((p.name, str(va or "-"), str(vb or "-")))
+    return out
+
+
+def choices(run: AbRun) -> list[list[str]]:
+    """[benchmark, A's choice, B's choice, "changed" or ""] of every library-choice row (``gate.picks``)."""
+    out = []
+    for p in run.pairs:
+        a, b = choice_of(p.a.extra_info), choice_of(p.b.extra_info)
+        if a is not None or b is not None:
+            out.append([p.name, choice_text(a), choice_text(b), "" if choice_text(a) == choice_text(b) else "changed"])
     return out
 
 
@@ -152,6 +163,11 @@ def report(run: AbRun, result: CompareResult) -> str:
         lines.append("backend versions that differ, per benchmark:")
         lines += _render(["benchmark", "A", "B"], [list(c) for c in changed], [False, False, False])
         lines.append("")
+    chosen = choices(run)
+    if chosen:
+        lines.append("what the library chose (library-choice rows), A and B:")
+        lines += _render(["benchmark", "A", "B", ""], chosen, [False, False, False, False])
+        lines.append("")
     pairs = {p.name: p for p in run.pairs}
     prefix = common_prefix([v.name for v in result.verdicts])
     if prefix:
@@ -223,6 +239,9 @@ def to_json(run: AbRun, result: CompareResult) -> dict[str, Any]:
             "crashes": [dataclasses.asdict(c) for c in p.crashes] if p else [],
             "a_version": p.a.extra_info.get("backend_version") if p else None,
             "b_version": p.b.extra_info.get("backend_version") if p else None,
+            # what the library chose on each side (library-choice rows, ``gate.picks``; None: a fixed call)
+            "a_choice": choice_of(p.a.extra_info) if p else None,
+            "b_choice": choice_of(p.b.extra_info) if p else None,
             # NVML per timing round, in round order (None: not measured, e.g. on CPU)
             "a_telemetry": (p.a.telemetry or None) if p else None,
             "b_telemetry": (p.b.telemetry or None) if p else None,

@@ -120,6 +120,10 @@ class Backend(ABC):
     #: e.g. ``torch._scaled_mm`` v1 followed by ``out.mul_(alpha)``): widens the verify bound by
     #: exactly that rounding, nothing else
     output_roundings: ClassVar[int] = 1
+    #: True for a *library-choice row*: it calls the library the way a serving engine does (the
+    #: library picks backend and tactic, e.g. FlashInfer's ``auto`` and autotuner) and says what it
+    #: picked in ``library_choice``; the sweep runs such rows after the explicit rows of a problem
+    choice_row: ClassVar[bool] = False
 
     @abstractmethod
     def availability(self, device: torch.device) -> Availability:
@@ -163,6 +167,12 @@ class Backend(ABC):
         """Text appended to a failed check's message: a known cause outside the adapter (e.g. an
         environment variable that changes the library's rounding); '' when there is none."""
         return ""
+
+    def library_choice(self, prepared: Prepared) -> dict[str, Any] | None:
+        """What the library chose on the last ``run`` of ``prepared`` (a choice row; recorded as
+        ``extra_info["choice"]``, read by ``gate.picks``): ``{"backend", "tactic", "tuned",
+        "compare_with"}``; None for a row whose caller fixes backend and tactic."""
+        return None
 
     def describe(self) -> str:
         return f"{self.name} ({self.api})" if self.api else self.name

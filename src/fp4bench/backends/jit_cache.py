@@ -27,9 +27,15 @@ from typing import Any, Callable
 #: runner loads the SM100 module for major 10/11 except SM103 (gemm/gemm_base.py:2895 / :3294).
 #: ``tests/backends/test_jit_cache.py`` checks every FlashInfer backend of the registry is named here for
 #: every compute capability it supports.
-_MOE_NVFP4 = "flashinfer-cutlass-moe-nvfp4"
-#: the dense GEMM module: the dense rows and the end-to-end row that quantizes and calls it
-_DENSE = ("flashinfer-cutlass", "e2e-flashinfer-cutlass")
+_MOE_NVFP4 = ("flashinfer-cutlass-moe-nvfp4", "flashinfer-cutlass-moe-nvfp4-tuned")
+#: the dense GEMM module: the dense rows, the end-to-end row that quantizes and calls it, and
+#: ``mm_fp4(backend="auto")``, whose order has CUTLASS in it on every architecture
+_DENSE = ("flashinfer-cutlass", "e2e-flashinfer-cutlass", "flashinfer-auto", "flashinfer-auto-tuned")
+#: FlashInfer backends that build no JIT module of FlashInfer's: cuDNN's GEMM is the cuDNN library's
+#: (its plans are built at the first call); b12x, cute-dsl and cutedsl_low_latency are CuTe-DSL kernels, compiled in
+#: process at their first call (gemm/gemm_base.py ``_b12x_gemm_fp4_runner``, ``_cute_dsl_gemm_fp4_runner``,
+#: ``_cutedsl_low_latency_blockscaled_gemm_runner``)
+NO_JIT = ("flashinfer-cudnn", "flashinfer-b12x", "flashinfer-cute-dsl", "flashinfer-cutedsl-low-latency")
 #: the activation quantizers load ``fp4_quantization_<arch>`` (flashinfer/quantization/fp4_quantization.py:274-299
 #: in 0.7.2.post1: "120"/"121" become the family module "120f" under CUDA >= 12.9, what Blackwell torch builds are)
 _QUANT = ("flashinfer-fp4-quantize", "flashinfer-nvfp4-quantize", "e2e-flashinfer-cutlass")
@@ -39,15 +45,18 @@ def _quant(arch: str) -> tuple[str, tuple[str, ...], str]:
     return (f"FP4 quantization (SM{arch})", _QUANT, f"flashinfer.jit.fp4_quantization:gen_fp4_quantization_sm{arch}_module")
 
 
-_SM100 = [("fused MoE (SM100)", (_MOE_NVFP4,), "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm100_module"),
+#: ``mm_fp4(backend="trtllm")`` loads the TRT-LLM-gen GEMM module (its cubins; gemm/gemm_base.py
+#: ``get_trtllm_gemm_module``, flashinfer/jit/gemm/core.py:729 in both releases)
+_TRTLLM = ("TRT-LLM-gen GEMM", ("flashinfer-trtllm",), "flashinfer.jit.gemm.core:gen_trtllm_gen_gemm_module")
+_SM100 = [("fused MoE (SM100)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm100_module"),
           ("dense FP4 GEMM (SM100)", _DENSE, "flashinfer.jit.gemm.core:gen_gemm_sm100_module_cutlass_fp4")]
-_SM120 = [("fused MoE (SM120)", (_MOE_NVFP4,), "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm120_module"),
+_SM120 = [("fused MoE (SM120)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm120_module"),
           ("dense FP4 GEMM (SM120)", _DENSE, "flashinfer.jit.gemm.core:gen_gemm_sm120_module_cutlass_fp4")]
 _SPECS: dict[tuple[int, int], list[tuple[str, tuple[str, ...], str]]] = {
-    (9, 0): [("fused MoE (SM90)", ("flashinfer-cutlass-moe",),
+    (9, 0): [("fused MoE (SM90)", ("flashinfer-cutlass-moe", "flashinfer-cutlass-moe-tuned"),
               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm90_module")],
-    (10, 0): _SM100 + [_quant("100")],
-    (10, 3): [_quant("103"), ("fused MoE (SM103)", (_MOE_NVFP4,), "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm103_module"),
+    (10, 0): _SM100 + [_quant("100"), _TRTLLM],
+    (10, 3): [_quant("103"), _TRTLLM, ("fused MoE (SM103)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm103_module"),
               ("dense FP4 GEMM (SM103)", _DENSE, "flashinfer.jit.gemm.core:gen_gemm_sm103_module_cutlass_fp4")],
     (11, 0): _SM100 + [_quant("110")],
     (12, 0): _SM120 + [_quant("120f")],

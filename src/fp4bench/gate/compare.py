@@ -2,7 +2,8 @@
 
 ``compare`` judges each benchmark measured now against its baseline record (``gate.judge``, with
 no further window possible), names what the baseline has and the run did not measure (MISSING),
-what only the run has (NEW), and the tactic verdicts (``gate.tactics``); ``CompareResult`` holds
+what only the run has (NEW), the tactic verdicts (``gate.tactics``) and the autotuner mis-picks
+of the run (``gate.picks``); ``CompareResult`` holds
 them with the policy, what changed in the fingerprint, the coverage (``gate.coverage``) and the
 gate's exit status. Every front end (the pytest session, ``fp4bench compare``, ``fp4bench ab``,
 ``fp4bench power``) reads this one result.
@@ -23,6 +24,7 @@ from fp4bench.gate.compatibility import check_compatible, check_same_measurement
 from fp4bench.gate.coverage import (EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION, Coverage, Scope, account, group_of,
                                     narrow)
 from fp4bench.gate.judge import decide, new_verdict
+from fp4bench.gate.picks import mispick_verdicts
 from fp4bench.gate.policy import Policy, is_failure
 from fp4bench.gate.tactics import Current, availability_verdicts, lost_kernel_verdicts, moved_to
 from fp4bench.gate.unit import for_changes, other_unit
@@ -193,7 +195,7 @@ def compare(
             verdicts[name] = moved_to(v, baseline.benchmarks[name].extra_info, current)
     ordered = [verdicts[n] for n in baseline.benchmarks] + [
         verdicts[n] for n in current if n not in baseline.benchmarks
-    ] + lost_kernel_verdicts(baseline, current)
+    ] + lost_kernel_verdicts(baseline, current) + mispick_verdicts(current, policy.floor)
     if availability_now is not None:
         ordered += availability_verdicts(baseline.availability, availability_now)
     decided = {n for n in baseline.benchmarks if verdicts[n].status is not Status.MISSING

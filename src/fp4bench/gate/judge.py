@@ -3,7 +3,8 @@
 ``decide`` turns the statistics of both sides (``gate.assess``) and their ``extra_info``
 (``gate.record``'s readers) into the verdict: INVALID when either side's timing is void, too few
 samples, else the rule's decision on the window medians (``gate.rule``); a kernel-set change is
-noted on it, or is the verdict itself for an explicit tactic (``gate.tactics``).
+noted on it, or is the verdict itself for an explicit tactic (``gate.tactics``); so is a library
+choice that changed (``gate.picks``).
 
 Each benchmark is decided on its own windows, so the decision made as a pytest test finishes
 (``judge``) and the one of the session's final table (``gate.compare.compare``) are the same
@@ -20,6 +21,7 @@ from typing import Any, Mapping
 from fp4bench.gate import rule
 from fp4bench.gate.assess import Assessment, assess
 from fp4bench.gate.calibration import class_of
+from fp4bench.gate.picks import choice_change
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.record import (BenchmarkRecord, clock, headline_median, invalid_reason, kernel_change, throttle,
                                   windows_of)
@@ -72,6 +74,9 @@ def decide(
         undecided = False
         status, reason, improved, more, remeasure = _timing_status(a, policy, budget_left, class_of(base_extra))
 
+    chosen = choice_change(base_extra, new_extra, a.base_median, a.new_median)
+    if chosen is not None:  # judged on its time all the same: a slower choice row FAILs
+        reason = f"{reason}; {chosen}" if reason else chosen
     kinds = kernel_change(base_extra, new_extra)
     if kinds is not None and new_extra.get("explicit_tactic"):
         return tactic_kernel_change(common, base_extra, new_extra, kinds, policy)
@@ -89,7 +94,7 @@ def decide(
         kind=kind,
         reason=reason,
         improved=improved,
-        dispatch_changed=kinds is not None,
+        dispatch_changed=kinds is not None or chosen is not None,
         kernels_added=added,
         kernels_removed=removed,
         undecided=undecided,

@@ -11,7 +11,8 @@ every window in order. Samples are seconds per call and must be possible for one
 sample set is void), ``kernels`` (list of kernel names; a different *set* of names is a dispatch
 change), ``sm_clock_mhz`` (number or per-sample list), ``throttle_reasons`` (text or list of NVML
 reason names), and what the case is (``backend``, ``problem``, ``tactic``, ``explicit_tactic``,
-``tactic_config``). ``noise_floor`` is read only to say that it no longer applies.
+``tactic_config``), and what a library-choice row's library chose (``choice``, ``gate.picks``).
+``noise_floor`` is read only to say that it no longer applies.
 ``check_extra`` holds those values to the types the readers below compute with.
 """
 
@@ -37,7 +38,7 @@ MAX_SAMPLE_S = 60.0
 #: ``extra_info`` keys the verdict reads (tests/gate/test_slim_baseline.py checks the list against the
 #: gate's modules)
 GATE_KEYS = ("backend", "problem", "tactic", "explicit_tactic", "tactic_config", "kernels", "sm_clock_mhz",
-             "throttle_reasons", "throttled", "clock_anomaly", "invalid", "noise_floor")
+             "throttle_reasons", "throttled", "clock_anomaly", "invalid", "noise_floor", "choice")
 #: ``extra_info`` flags that make a timing INVALID (not judged)
 INVALID_FLAGS = ("clock_anomaly", "invalid")
 

@@ -23,7 +23,8 @@ The timing of one benchmark is decided by ``gate.rule`` on its **window medians*
 
 Besides the timing (kind ``TIMING``) a verdict can be about the tactics (``gate.tactics``): a
 tactic lost or new in the availability map, an explicit tactic that now runs another kernel,
-a baseline kernel no tactic runs any more; or, with ``Policy(dispatch="fail")``, a kernel-set
+a baseline kernel no tactic runs any more; an autotuner pick slower than an explicit tactic of
+the same run (``MISPICK``, ``gate.picks``); or, with ``Policy(dispatch="fail")``, a kernel-set
 change (``DISPATCH``).
 """
 
@@ -51,6 +52,8 @@ LOST_TACTIC = "lost tactic"
 NEW_TACTIC = "new tactic"
 DISPATCH = "dispatch"
 KERNEL_CHANGE = "kernel change"
+#: a tuned library choice slower than an explicit tactic of the same run (``gate.picks``)
+MISPICK = "autotuner mis-pick"
 
 
 @dataclass(frozen=True)

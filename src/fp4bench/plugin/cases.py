@@ -21,6 +21,7 @@ from fp4bench.gate.baseline import availability_key, availability_value, is_ok
 from fp4bench.gate.record import check_samples
 from fp4bench.gate.policy import is_failure
 from fp4bench.gate.judge import judge
+from fp4bench.gate.picks import mispick
 from fp4bench.plugin import benchmark as pb
 from fp4bench.plugin.console import fail, skip
 from fp4bench.report.tables import check_row, result_row, verdict_headline, verdict_message
@@ -91,6 +92,9 @@ def run_case(st: Any, request: pytest.FixtureRequest, benchmark: Any, spec: Any)
     st.measured[fullname] = (list(res.timing.samples_s), dict(res.extra_info))
     st.windows[fullname] = [list(res.timing.samples_s)]
     st.cases[fullname] = (backend, spec)
+    why = mispick(fullname, res.extra_info, res.timing.median_s, st.measured, st.policy.floor)
+    if why is not None:  # the explicit rows it is held to ran before it (``sweep.cases_for``)
+        fail(request.node, f"{spec.backend} on {spec.problem.id}: {why}", "AUTOTUNER MIS-PICK")
     if judging is not None:
         gate(st, request.node, benchmark, spec, backend, base, fullname, res, judging.policy)
     return res

@@ -15,7 +15,8 @@ from fp4bench.gate.compare import CompareResult, delta_spread
 from fp4bench.gate.coverage import EXIT_INCOMPLETE, OUTCOME, collapsed
 from fp4bench.gate.policy import Policy
 from fp4bench.gate.power import PowerRow
-from fp4bench.gate.verdict import KERNEL_CHANGE, LOST_TACTIC, NEW_TACTIC, TIMING, Status, Verdict
+from fp4bench.gate.picks import choice_of, choice_text
+from fp4bench.gate.verdict import KERNEL_CHANGE, LOST_TACTIC, MISPICK, NEW_TACTIC, TIMING, Status, Verdict
 from fp4bench.report.textfit import common_parts, common_prefix, fit_table, wrap_line
 
 
@@ -53,7 +54,7 @@ def verdict_message(v: Verdict) -> str:
     """One line that explains a verdict at a glance (pytest failure text, tables)."""
     tag = v.status.value if v.kind == TIMING else f"{v.status.value} ({v.kind})"
     head = f"{tag} {v.name}"
-    if v.kind in (LOST_TACTIC, NEW_TACTIC, KERNEL_CHANGE):
+    if v.kind in (LOST_TACTIC, NEW_TACTIC, KERNEL_CHANGE, MISPICK):
         return f"{head}: {v.reason}"
     if v.status is Status.MISSING:
         return f"{head}: in the baseline ({format_seconds(v.base_median)}) but not measured now"
@@ -389,6 +390,8 @@ def result_row(spec: Any, res: Any) -> dict:
         notes.append("THROTTLED " + ",".join(x.get("throttle_reasons") or []))
     if x.get("timing_note"):
         notes.append(x["timing_note"])
+    if choice_of(x) is not None:
+        notes.append("chose " + choice_text(choice_of(x)))
     return {"backend": spec.backend, "tactic": spec.tactic.label, "problem": f"{p.origin.model} b{p.origin.batch} {p.origin.role}",
             "size": p.size, "median_s": res.timing.median_s, "tflops": x.get("tflops"),
             "gbps": x["tbps"] * 1e3 if x.get("tbps") is not None else None, "pct_peak": x.get("pct_peak_compute"),

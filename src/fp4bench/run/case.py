@@ -25,6 +25,7 @@ import torch
 from fp4bench import clock, formats
 from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
+from fp4bench.gate.picks import choice_text
 from fp4bench.measure import copies as copy_rule
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
@@ -277,6 +278,9 @@ class CaseRunner:
             return CaseResult(UNSUPPORTED, str(exc), extra_info=info)
         info["availability"] = "ok"
         info.update(check.to_extra_info())
+        choice = backend.library_choice(prep)  # what the checked call ran
+        if choice is not None:
+            info["choice"] = choice
         info["scale_padding_poisoned"] = self._padding
         if not check.ok:
             return self._failed(backend, prep, check, info)
@@ -309,7 +313,9 @@ class CaseRunner:
 
     @staticmethod
     def _failed(backend: Backend, prep: Prepared, check: CheckResult, info: dict) -> CaseResult:
-        return CaseResult(FAILED, f"{check.kind}: {check.detail}{backend.failure_hint(prep)}", check=check,
+        choice = info.get("choice")
+        chose = f" (the library chose {choice_text(choice)})" if choice is not None else ""
+        return CaseResult(FAILED, f"{check.kind}: {check.detail}{chose}{backend.failure_hint(prep)}", check=check,
                           extra_info=info)
 
     def _time(self, backend: Backend, fns: list, info: dict) -> TimingResult:

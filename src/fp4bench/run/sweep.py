@@ -217,7 +217,10 @@ def cases_for(opts: SweepOptions, backends: list[Backend], device: torch.device)
     """Every case of the sweep; unavailable backends give one skipped case per problem, and so
     does a backend left unnamed on a device type it runs on only when named (``named_only_on``)."""
     specs: list[CaseSpec] = []
-    chosen = [b for b in backends if opts.backends is None or b.name in opts.backends]
+    # library-choice rows after the explicit rows of each problem: a tuned pick is held to the
+    # explicit tactics of the same run as it finishes (``gate.picks.mispick``)
+    chosen = sorted((b for b in backends if opts.backends is None or b.name in opts.backends),
+                    key=lambda b: b.choice_row)
     unnamed = unnamed_backends(opts, chosen, device.type)
     avail = {b.name: availability_of(b, device) for b in chosen}
     for problem in problems_for(opts):

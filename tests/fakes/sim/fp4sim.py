@@ -3,8 +3,9 @@
 Load with ``-p fp4sim`` with ``tests`` and ``tests/fakes/sim`` on ``PYTHONPATH``. What it
 replaces, and nothing else, is what a GPU would provide:
 
-* the device capability (``fp4bench.backends.builtin._gating.device_info``) and the CUDA version the
-  torch build reports (``torch.version.cuda``);
+* the device capability (``fp4bench.backends.builtin._gating.device_info``), the CUDA version the
+  torch build reports (``torch.version.cuda``), and the nvcc and cuDNN versions the fingerprint
+  records (``_choice_env``: the simulated FlashInfer's, ``FP4SIM_NVCC`` / ``FP4SIM_CUDNN``);
 * torch's FP4 ``_scaled_mm`` / ``_scaled_mm_v2`` ``out=`` kernels: CPU implementations from
   ``fakes.torch_scaled_mm`` registered under the real aten op names;
 * the profiler's kernel names (``fp4bench.measure.kernels.kernel_names``): the kernels the fake
@@ -21,7 +22,7 @@ from __future__ import annotations
 import torch
 
 import fp4sim_world as world
-from fp4bench.backends.builtin import _gating
+from fp4bench.backends.builtin import _choice_env, _gating
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.models import catalog
 from fp4bench.models.moe_model import MoEModel
@@ -55,6 +56,9 @@ def install(mp) -> None:
     torch.set_num_threads(1)
     mp.setattr(_gating, "device_info", lambda device: world.GPU)
     mp.setattr(torch.version, "cuda", "12.9")
+    # the fingerprint reads what the simulated FlashInfer decides by, not this machine's nvcc / cuDNN
+    mp.setattr(_choice_env, "nvcc_version", lambda environ=None: f"{world.MM.cuda} (simulated)")
+    mp.setattr(_choice_env, "cudnn_version", lambda: world.MM.cudnn)
     mp.setattr(kernel_ids, "kernel_names", _kernel_names)
     catalog._registry()[TINY.name] = TINY
     _aten.impl("_scaled_mm.out", _scaled_mm_out, "CPU")

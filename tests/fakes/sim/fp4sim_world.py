@@ -9,6 +9,14 @@
 ``FP4SIM_FLASHINFER`` the simulated FlashInfer release, "0.7.2.post1" (default) or "0.7.4"
                     (``fakes.flashinfer_releases``); put ``dists/<release>`` on the path too, so
                     its distribution metadata (the fingerprint's version) is that release's
+``FP4SIM_NVCC``     the CUDA version FlashInfer reads from nvcc (default "12.9"), which orders ``auto``
+``FP4SIM_CUDNN``    the cuDNN backend version (default 91400; empty: cudnn-frontend not importable)
+``FP4SIM_CUDNN_FRONTEND`` cudnn-frontend's version (default "1.14.0")
+``FP4SIM_CUTE_DSL`` "1" (default): FlashInfer finds the CuTe DSL (b12x, cute-dsl); "0": not
+
+Faults of the library's own choices (``fakes.flashinfer_mm_fp4``): ``mispick`` (the autotuner picks a
+tactic twice as slow as the default), ``tuned_wrong`` (the tuner's pick computes a wrong result),
+``auto_switch`` (release 0.7.4's ``auto`` puts another backend first: the candidate of an upgrade).
 
 One instance of each fake library per process; the fake packages and the ``fp4sim`` pytest
 plugin both read them from here.
@@ -22,6 +30,7 @@ from fakes import flashinfer_releases as releases
 from fakes.arch import GPUS
 from fakes.decode import Misread
 from fakes.flashinfer import SM100_CONFIGS, SM120_CONFIGS, FakeFlashInfer
+from fakes.flashinfer_mm_fp4 import FakeAutoTuner, FakeMmFp4
 from fakes.flashinfer_moe import FakeFusedMoE
 from fakes.quantize import ISSUE_3398_M, FakeQuantizer
 from fakes.sgl_kernel import FakeSglKernel
@@ -29,9 +38,13 @@ from fakes.torch_scaled_mm import FakeTorchScaledMM
 from fp4bench.testing.faults import ZERO_BAND
 
 FAULTS = ("zero_band", "unswizzled_scales", "gate_up_swapped", "wrong_alpha", "can_implement", "arg_check",
-          "quant_zero_scales", "late", "copy", "padding")
+          "quant_zero_scales", "late", "copy", "padding", "mispick", "tuned_wrong", "auto_switch")
 #: the faults of later launches (the dense FlashInfer fake's ``later``; ``measure.replays``)
 LATER_FAULTS = ("late", "copy", "padding")
+#: the faults of the autotuner, planted in the dense and fused-MoE tuners alike
+TUNER_FAULTS = ("mispick", "tuned_wrong")
+#: the release whose ``auto`` order the ``auto_switch`` fault changes (the candidate of the upgrade)
+SWITCHED_RELEASE = "0.7.4"
 
 GPU = GPUS[os.environ.get("FP4SIM_GPU", "B200")]
 FAULT = os.environ.get("FP4SIM_FAULT", "")
@@ -73,8 +86,17 @@ DENSE = FakeFlashInfer(
     reject="mat2Scale must be SF_DTYPE (uint8)" if FAULT == "arg_check" else None,
     zero_band=ZERO_BAND if FAULT == "zero_band" else None, later=FAULT if FAULT in LATER_FAULTS else None,
     version=FLASHINFER, call_s=CALL_S, streamk_memset_s=STREAMK_MEMSET_S)
+TUNER = FakeAutoTuner(version=FLASHINFER)
+_TUNER_FAULT = FAULT if FAULT in TUNER_FAULTS else None
+MM = FakeMmFp4(dense=DENSE, tuner=TUNER, sm=(GPU.major, GPU.minor), cuda=os.environ.get("FP4SIM_NVCC") or "12.9",
+               cudnn=int(os.environ.get("FP4SIM_CUDNN", "91400")) if os.environ.get("FP4SIM_CUDNN", "x") else None,
+               cudnn_frontend=os.environ.get("FP4SIM_CUDNN_FRONTEND") or "1.14.0",
+               cute_dsl=os.environ.get("FP4SIM_CUTE_DSL", "1") == "1", fault=_TUNER_FAULT,
+               switched=FAULT == "auto_switch" and FLASHINFER == SWITCHED_RELEASE)
+if MM.cudnn is None:
+    MM.cudnn_frontend = None
 MOE = FakeFusedMoE(
-    version=FLASHINFER,
+    version=FLASHINFER, tuner=TUNER, tuner_fault=_TUNER_FAULT, call_s=CALL_S,
     failing={FAILING_TACTIC: "can_implement"} if FAULT == "can_implement" else {},
     fault={"gate_up_swapped": "gate_first", "unswizzled_scales": "scales_linear", "wrong_alpha": "ignore_global",
            "arg_check": "arg_check"}.get(FAULT))

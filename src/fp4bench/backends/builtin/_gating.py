@@ -19,7 +19,7 @@ import importlib.metadata
 import importlib.util
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +81,18 @@ def dist_version(*names: str) -> str | None:
             return importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
+    return None
+
+
+def load_failure(dist: str, load: Callable[[], object], module: str = "flashinfer") -> tuple[str, str | None] | None:
+    """None when ``load()`` (importing ``module`` of distribution ``dist``) works; else (why, installed
+    version): the distribution is not installed, or its import raised (a skip reason, never a crash)."""
+    if dist_version(dist) is None:
+        return f"{dist} is not installed", None
+    try:
+        load()
+    except Exception as exc:  # any import-time failure is a skip reason, not a crash
+        return f"import {module} failed: {type(exc).__name__}: {exc}".splitlines()[0], dist_version(dist)
     return None
 
 

@@ -207,14 +207,9 @@ class FlashInferDense(Backend):
         reason = _gating.arch_reason(info, SUPPORTED_SMS)
         if reason:
             return Availability.no(reason)
-        if self._lib is None:
-            if _gating.dist_version(DIST) is None:
-                return Availability.no(f"{DIST} is not installed")
-            try:
-                self._library()
-            except Exception as exc:  # any import-time failure is a skip reason, not a crash
-                return Availability.no(f"import flashinfer failed: {type(exc).__name__}: {exc}".splitlines()[0],
-                                       _gating.dist_version(DIST))
+        failed = _gating.load_failure(DIST, self._library) if self._lib is None else None
+        if failed is not None:
+            return Availability.no(*failed)
         lib = self._library()
         if not lib.cutlass_supported(info.sm):
             return Availability.no(f"flashinfer {lib.version}: mm_fp4 backend 'cutlass' does not support "

@@ -21,7 +21,8 @@ Gate/up: our operands store the gate rows first; the kernel reads the *up* rows 
 activation kernel takes the gate from the second half), so ``prepare`` swaps the halves of
 the fc1 weight bytes and scales. ``reference_moe`` documents the convention.
 
-Finalize: ``use_fused_finalize=False`` always. The fused finalize reduces the top-k rows with
+Finalize: ``use_fused_finalize=False`` (the library-choice rows of ``flashinfer_moe_tuned.py`` keep
+the library's default). The fused finalize reduces the top-k rows with
 atomics in the GEMM2 epilogue (run-to-run non-deterministic); SM90 mixed-input GEMMs never
 have it anyway (``mayHaveFinalizeFused`` is false for them), and on Blackwell we want the same
 deterministic finalize the reference models.
@@ -31,8 +32,9 @@ Tactics: the runner exposes GEMM1 and GEMM2 tactic lists (``get_gemm1_tactic_cou
 ``[n1, n1 + n2)``, -1 = default). Timing every (g1, g2) pair is quadratic, so ``tactics()``
 is the sweep policy: each GEMM1 tactic with the default GEMM2, then each GEMM2 tactic with
 the default GEMM1 -- every tactic runs once. ``tactic_lists()`` gives the full per-GEMM lists.
-A tactic the library marks invalid for the shape (``get_valid_tactics_for_shape``), with zero
-occupancy, or that raises at initialization raises ``TacticUnsupported``.
+A tactic the autotuner would never try (zero occupancy; for W4A16 also one
+``get_valid_tactics_for_shape`` marks invalid for the shape: ``MoERunner.get_valid_tactics``) or
+that raises at initialization raises ``TacticUnsupported``.
 
 All library calls go through ``FlashInferMoEApi`` (constructor ``api=``): CPU contract tests
 substitute a fake that decodes the arguments in the library's layout. Imports are lazy. This
@@ -108,6 +110,18 @@ class FlashInferMoEApi:
         from flashinfer.fused_moe import cutlass_fused_moe
 
         return keyword in inspect.signature(cutlass_fused_moe).parameters
+
+    def autotune(self, tune_mode: bool = True) -> Any:
+        """``flashinfer.autotune(tune_mode)``: the context under which calls without ``profile_ids`` tune."""
+        import flashinfer
+
+        return flashinfer.autotune(tune_mode)
+
+    def tuner(self) -> Any:
+        """``AutoTuner.get()``: the process-wide tuner ``cutlass_fused_moe`` asks for its tactics."""
+        from flashinfer.autotuner import AutoTuner
+
+        return AutoTuner.get()
 
     def workspace_size(self, **kwargs: Any) -> int:
         from flashinfer.fused_moe import cutlass_fused_moe_workspace_size
@@ -191,6 +205,9 @@ class _FlashInferCutlassMoE(Backend):
     #: what the reference must model between the GEMMs (reference_moe ``intermediate``)
     intermediate: ClassVar[str]
     api = "flashinfer.cutlass_fused_moe"
+    #: ``use_fused_finalize`` passed (False: the deterministic unfused finalize); None: not passed,
+    #: the library's default (True)
+    fused_finalize: ClassVar[bool | None] = False
 
     def __init__(self, api: FlashInferMoEApi | None = None) -> None:
         self.lib = api if api is not None else FlashInferMoEApi()
@@ -288,8 +305,7 @@ class _FlashInferCutlassMoE(Backend):
         t, h, i, e, k = problem.num_tokens, problem.hidden, problem.inter, problem.num_experts, problem.top_k
         ws = self.lib.workspace_size(
             max_num_tokens=t, hidden_size=h, intermediate_size=i, num_experts_total=e, top_k=k,
-            x_dtype=x_dtype, weight_dtype=w_dtype, use_w4_group_scaling=w4,
-            use_fused_finalize=False, device=device)
+            x_dtype=x_dtype, weight_dtype=w_dtype, use_w4_group_scaling=w4, device=device, **self._finalize())
         args["workspace_buffer"] = torch.empty(ws, dtype=torch.uint8, device=device)
         args["token_selected_experts"] = operands.topk_ids.to(device=device, dtype=torch.int32).contiguous()
         args["token_final_scales"] = operands.topk_weights.to(device=device, dtype=torch.float32).contiguous()
@@ -304,8 +320,9 @@ class _FlashInferCutlassMoE(Backend):
         Per GEMM, as FlashInfer's own tactic filter does (flashinfer/fused_moe/core.py,
         ``MoERunner.get_valid_tactics``): tactics reporting zero occupancy are dropped unless
         *all* of them do ("fall back to all tactics if occupancy check eliminated everything",
-        e.g. an architecture whose occupancy query is not implemented), and the shape filter
-        is dropped when it would leave nothing."""
+        e.g. an architecture whose occupancy query is not implemented); for W4A16
+        (``use_w4_group_scaling``) only, tactics ``get_valid_tactics_for_shape`` leaves out are
+        dropped unless that would leave nothing (0.7.2.post1 core.py:803-905, 0.7.4 :1061-1163)."""
         x_dtype, w_dtype, w4 = self._runner_args()
         r = self.lib.tactic_runner(self._arch(device), x_dtype, w_dtype, p.top_k, w4)
         n1, n2 = int(r.get_gemm1_tactic_count()), int(r.get_gemm2_tactic_count())
@@ -314,13 +331,18 @@ class _FlashInferCutlassMoE(Backend):
             zero = {t for t in ids if int(r.get_tactic_occupancy(t)) <= 0}
             if len(zero) < len(ids):
                 bad.update({t: f"GEMM{gemm} tactic {t} has zero occupancy on this GPU" for t in zero})
+            if not w4:
+                continue
             valid = {int(v) for v in r.get_valid_tactics_for_shape(gemm, n, k)}
             invalid = [t for t in ids if t not in valid and t not in bad]
             if len(invalid) < len(ids) - len(bad):
                 bad.update({t: f"FlashInfer marks GEMM{gemm} tactic {t} invalid for N={n}, K={k}" for t in invalid})
         return bad
 
-    def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> list[int]:
+    def _finalize(self) -> dict[str, Any]:
+        return {} if self.fused_finalize is None else {"use_fused_finalize": self.fused_finalize}
+
+    def _profile_ids(self, prepared: Prepared, tactic: Tactic) -> list[int] | None:
         if tactic.value is None:  # DEFAULT_TACTIC: the library's defaults, no autotuning
             return [DEFAULT, DEFAULT]
         try:
@@ -336,9 +358,8 @@ class _FlashInferCutlassMoE(Backend):
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         ids = self._profile_ids(prepared, tactic)
         try:
-            self.lib.cutlass_fused_moe(output=prepared.out, output_dtype=torch.bfloat16,
-                                       use_fused_finalize=False, profile_ids=ids,
-                                       **prepared.args["call"])
+            self.lib.cutlass_fused_moe(output=prepared.out, output_dtype=torch.bfloat16, profile_ids=ids,
+                                       **self._finalize(), **prepared.args["call"])
         except RuntimeError as exc:
             unsupported = tactic_failure(exc, tactic.label, TACTIC_FAILURES)
             if unsupported is None:

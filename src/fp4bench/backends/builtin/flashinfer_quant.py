@@ -71,14 +71,9 @@ class _FlashInferQuant(QuantizerBackend):
         reason = _gating.arch_reason(info, SUPPORTED_SMS)
         if reason:
             return Availability.no(reason)
-        if self._lib is None:
-            if _gating.dist_version(DIST) is None:
-                return Availability.no(f"{DIST} is not installed")
-            try:
-                self._library()
-            except Exception as exc:  # an import-time failure is a skip reason, not a crash
-                return Availability.no(f"import flashinfer failed: {type(exc).__name__}: {exc}".splitlines()[0],
-                                       _gating.dist_version(DIST))
+        failed = _gating.load_failure(DIST, self._library) if self._lib is None else None
+        if failed is not None:
+            return Availability.no(*failed)
         return Availability.yes(self._library().version)
 
     def run(self, prepared: Prepared, tactic: Tactic) -> QuantOutput:

@@ -1,18 +1,13 @@
 """Fake ``flashinfer`` package (test-only): the entry points fp4bench loads, backed by the fakes."""
 
-from fp4sim_world import DENSE
+from fp4sim_world import DENSE, MM, TUNER
 
 __version__ = DENSE.version
 
+#: ``flashinfer.mm_fp4`` (gemm_base.py): callable, ``is_backend_supported``, ``suitable_auto_backends``
+mm_fp4 = MM
+#: ``flashinfer.autotune`` (autotuner.py)
+autotune = TUNER.tuning
 
-class _MmFp4:
-    """``flashinfer.mm_fp4`` as far as ``is_backend_supported`` goes (gemm_base.py)."""
-
-    @staticmethod
-    def is_backend_supported(backend: str, sm: int) -> bool:
-        return backend == "cutlass" and sm in DENSE.supported_sms
-
-
-mm_fp4 = _MmFp4()
-
+from fakes.flashinfer_mm_fp4 import shuffle_matrix_a, shuffle_matrix_sf_a  # noqa: E402,F401
 from flashinfer.fp4_quantization import SfLayout, fp4_quantize, nvfp4_quantize  # noqa: E402,F401
