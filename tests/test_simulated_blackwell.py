@@ -1,12 +1,14 @@
 """``pytest bench`` end to end on a simulated B200 (SM100) and RTX PRO 6000 (SM120), on CPU.
 
 The real user path -- plugin -> sweep -> CaseRunner -> verify -> baseline/gate -- runs in a
-child ``pytest bench`` with the fake ``flashinfer`` / ``sgl_kernel`` packages and the ``fp4sim``
+``pytest bench`` session with the fake ``flashinfer`` / ``sgl_kernel`` packages and the ``fp4sim``
 plugin (tests/fakes/sim: device capability, torch's FP4 ``_scaled_mm`` kernels, kernel names)
-on its path. Every Blackwell backend must PASS with correct libraries; each fault must end in
-its own named outcome, never PASS and never "unsupported" for a marshalling bug; a baseline
-from one simulated run gates a simulated FlashInfer upgrade that dropped or re-ordered configs.
-"""
+on its path; each session runs inside this process as if it were a fresh one
+(``fakes/sim/fp4sim_session.py``). Every Blackwell backend must PASS with correct libraries; each
+fault must end in its own named outcome, never PASS and never "unsupported" for a marshalling bug;
+a baseline from one simulated run gates a simulated FlashInfer upgrade that dropped or re-ordered
+configs; the simulated upgrade is also judged by ``fp4bench ab`` with real worker processes (the
+one test here marked ``e2e``)."""
 
 from __future__ import annotations
 
@@ -19,12 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from fakes.wrapped import unwrapped
 from fakes.flashinfer import SM120_CONFIGS
 from fakes.paths import ROOT
+from fakes.sim import fp4sim_session
+from fakes.wrapped import unwrapped
 
-#: every test here runs ``pytest bench`` (or ``fp4bench ab`` and its workers) in child processes
-pytestmark = pytest.mark.e2e
 SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
              "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4")
@@ -43,20 +44,18 @@ def sim_path(flashinfer: str) -> str:
 
 def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", library: str = "",
           torch_seen: str = "2.9.1", flashinfer: str = FLASHINFER[0],
-          extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    # without the xdist worker's variables (module-scoped fixtures run this before the autouse
-    # fixture of conftest.py hides them): the child's pytest-benchmark would disable itself
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+          extra_env: dict[str, str] | None = None) -> fp4sim_session.Run:
+    """``pytest bench`` on the simulated machine, in this process (``fp4sim_session``)."""
     # this checkout's src first: the venv's editable install may point at another checkout
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), sim_path(flashinfer)]), FP4SIM_GPU=gpu,
+    env = dict(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), sim_path(flashinfer)]), FP4SIM_GPU=gpu,
                FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen, FP4SIM_FLASHINFER=flashinfer,
                **(extra_env or {}))
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
+    cmd = [str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
            "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return fp4sim_session.run(cmd, tmp_path, env)
 
 
-def outcomes(res: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
+def outcomes(res: fp4sim_session.Run) -> dict[str, tuple[str, str]]:
     """test id -> (PASSED | FAILED | SKIPPED | ERROR, the one-line message) from ``-rA``."""
     out = {}
     for line in unwrapped(res.stdout).splitlines():
@@ -85,7 +84,7 @@ def verdict_rows(stdout: str) -> list[str]:
     return [r for r in rows if r]
 
 
-def of(res: subprocess.CompletedProcess, backend: str) -> dict[str, tuple[str, str]]:
+def of(res: fp4sim_session.Run, backend: str) -> dict[str, tuple[str, str]]:
     return {k: v for k, v in outcomes(res).items() if k.startswith(f"{backend}-") and not k.startswith(f"{backend}-nvfp4")}
 
 
@@ -179,7 +178,7 @@ def test_sglang_rows_need_the_sglang_runner_stack(tmp_path):
                and "sglang runner environment" in m for m in skips), skips
 
 
-def _fi_dense_all(tmp_path: Path, *args: str, library: str = "") -> subprocess.CompletedProcess:
+def _fi_dense_all(tmp_path: Path, *args: str, library: str = "") -> fp4sim_session.Run:
     return bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass", "--fp4-kinds", "dense",
                  "--fp4-tactics", "all", *args, library=library)
 
@@ -249,6 +248,7 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
     return res, json.loads(out.read_text()) if out.exists() else {}
 
 
+@pytest.mark.e2e  # fp4bench ab and its workers in child processes
 def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(tmp_path):
     """0.7.4's SM120 launcher skips the stream-K workspace re-initialization: on a simulated RTX PRO
     6000, ``fp4bench ab`` with 0.7.2.post1 on A and 0.7.4 on B judges exactly the stream-K tactics
