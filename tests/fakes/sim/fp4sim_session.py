@@ -12,10 +12,13 @@ machine, as a fresh process would be:
   registrations torch keeps for the life of the process;
 * the run starts with an empty backend registry and imports the built-in adapter modules afresh:
   an adapter instance keeps the library it loaded (``FlashInferDense._lib``), which must be this
-  run's fake ``flashinfer``;
-* ``sys.path``, the working directory, the registry and torch's thread count are restored, and the
-  per-process answer of ``_gating.probe_import`` (an import probed in a child interpreter, which
-  sees this run's ``PYTHONPATH``) is forgotten before and after.
+  run's fake ``flashinfer``. fp4bench's other modules are kept once imported (imported and
+  assertion-rewritten once, not once a run): the simulation patches them only through
+  ``monkeypatch``, undone at the end of each run;
+* ``_gating.probe_import`` imports in this process: the probe exists because a real native
+  extension may abort the interpreter that imports it, and the simulated ones (pure Python)
+  cannot; a child interpreter importing torch costs seconds a run;
+* ``sys.path``, the working directory, the registry and torch's thread count are restored.
 
 ``run`` returns what ``subprocess.run(..., capture_output=True, text=True)`` would: the exit
 status, stdout and stderr.
@@ -40,6 +43,24 @@ from fp4bench.backends.builtin import _gating
 #: modules an in-process run keeps after it (besides those of tests/conftest.py)
 KEPT = ("fp4sim_ops",)
 _ADAPTERS = "fp4bench.backends.builtin."
+
+
+def _kept(name: str) -> bool:
+    return name in KEPT or (name.startswith("fp4bench.") and not _adapter(name))
+
+
+def _adapter(name: str) -> bool:
+    return name.startswith(_ADAPTERS) and not name[len(_ADAPTERS):].startswith("_")
+
+
+def _probe_here(module: str, timeout_s: float = 0.0) -> _gating.ImportProbe:
+    """``_gating.probe_import`` in this process: the outcome the child's last line of stderr
+    would give."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # what would end the child with a traceback
+        return _gating.ImportProbe(False, _gating._last_line(f"{type(exc).__name__}: {exc}"))
+    return _gating.ImportProbe(True)
 
 
 @dataclass(frozen=True)
@@ -67,10 +88,10 @@ class _NoGcCollect:
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
     """``pytest *args`` in this process, in ``cwd``, with ``env`` added to the environment
     (``PYTHONPATH`` also put first on ``sys.path``)."""
-    modules = _pytest.pytester.SysModulesSnapshot(preserve=lambda name: name in KEPT)
+    modules = _pytest.pytester.SysModulesSnapshot(preserve=_kept)
     paths = _pytest.pytester.SysPathsSnapshot()
     saved_env, saved_cwd, threads = dict(os.environ), os.getcwd(), torch.get_num_threads()
-    saved_registry = registry._registry, registry._loaded_builtins
+    saved_registry, probe = (registry._registry, registry._loaded_builtins), _gating.probe_import
     capture = _get_multicapture("sys")
     try:
         for var in [v for v in os.environ if v.startswith("PYTEST_XDIST_")]:
@@ -79,9 +100,9 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
         sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         os.chdir(cwd)
         importlib.invalidate_caches()
-        _gating.probe_import.cache_clear()
         registry._registry, registry._loaded_builtins = {}, False
-        for name in [m for m in sys.modules if m.startswith(_ADAPTERS) and not m[len(_ADAPTERS):].startswith("_")]:
+        _gating.probe_import = _probe_here
+        for name in [m for m in sys.modules if _adapter(m)]:
             del sys.modules[name]  # back after the run (the snapshot)
         capture.start_capturing()
         try:
@@ -92,7 +113,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
             out, err = capture.readouterr()
             capture.stop_capturing()
     finally:
-        _gating.probe_import.cache_clear()
+        _gating.probe_import = probe
         registry._registry, registry._loaded_builtins = saved_registry
         torch.set_num_threads(threads)
         os.chdir(saved_cwd)
