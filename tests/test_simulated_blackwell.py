@@ -196,15 +196,15 @@ def sm100_baseline(tmp_path_factory) -> Path:
 
 
 # Timing is not what these three runs test (tiny CPU cases on a shared machine): the floor
-# (999 %) and alpha are set so that only identity verdicts can fail them.
+# (999 %) is set so that only identity verdicts can fail them.
 def test_unchanged_library_passes_its_own_baseline(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999")
     assert res.returncode == 0, res.stdout[-3000:]
     assert "kernel change" not in res.stdout
 
 
 def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12",
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
                         library="dropped")
     assert res.returncode == 1, res.stdout[-3000:]
     lost = [v for v in verdict_rows(res.stdout) if v.startswith("FAIL (lost tactic)")]
@@ -212,7 +212,7 @@ def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
 
 
 def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999", "--fp4-alpha", "1e-12",
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
                         library="reordered")
     assert res.returncode == 0, res.stdout[-3000:]
     changed = [v for v in verdict_rows(res.stdout) if "now runs another kernel" in v]
@@ -227,10 +227,10 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
     """``fp4bench ab`` between the two simulated FlashInfer releases on one simulated GPU: the
     SM120 dense backend, batch 1, every simulated tactic and the default row.
 
-    A simulated launch lasts 20 ms (``FP4SIM_CALL_S``), slept out by the fake (fakes/flashinfer.py:
-    a busy-wait is preempted by whole scheduler ticks on a loaded machine), and the ``fp4sim_ab``
-    workers run torch on one intra-op thread, so the fake's own CPU work (~1 ms) stays inside
-    it: what the rule sees is the simulated device time. Two processes a side, three rounds."""
+    A simulated launch lasts 20 ms (``FP4SIM_CALL_S``) of the workers' simulated clock
+    (``FP4SIM_CLOCK=sim``, fakes/sim/fp4sim_ab.py): what the rule sees is the simulated device
+    time alone, whatever the machine's load, and nothing is slept. Two processes a side, three
+    rounds."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.update(FP4SIM_GPU=gpu, FP4SIM_FAULT="", FP4SIM_LIBRARY="", FP4SIM_TORCH="2.9.1", FP4SIM_CALL_S="0.02",
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(SIM)]))
@@ -239,8 +239,8 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
     # the CLI's own main, in a process that also loads the simulation (it lists sim-tiny)
     cmd = [sys.executable, "-c", "import sys, fp4sim_ab; from fp4bench.cli import main; sys.exit(main(sys.argv[1:]))",
            "ab", "--a", sys.executable, "--b", sys.executable,
-           "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}",
-           "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}",
+           "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}", "--a-env", "FP4SIM_CLOCK=sim",
+           "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}", "--b-env", "FP4SIM_CLOCK=sim",
            "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
            "--batches", "1", "--tactics", "all", "--device", "cpu", "--replicates", "2", "--rounds", "3",
            "--round-samples", "3", "--floor", "8", "--l2", "hot", "--verdict-json", str(out)]
