@@ -1,12 +1,14 @@
 """``pytest bench`` end to end on a simulated B200 (SM100) and RTX PRO 6000 (SM120), on CPU.
 
 The real user path -- plugin -> sweep -> CaseRunner -> verify -> baseline/gate -- runs in a
-child ``pytest bench`` with the fake ``flashinfer`` / ``sgl_kernel`` packages and the ``fp4sim``
+``pytest bench`` session with the fake ``flashinfer`` / ``sgl_kernel`` packages and the ``fp4sim``
 plugin (tests/fakes/sim: device capability, torch's FP4 ``_scaled_mm`` kernels, kernel names)
-on its path. Every Blackwell backend must PASS with correct libraries; each fault must end in
-its own named outcome, never PASS and never "unsupported" for a marshalling bug; a baseline
-from one simulated run gates a simulated FlashInfer upgrade that dropped or re-ordered configs.
-"""
+on its path; each session runs inside this process as if it were a fresh one
+(``fakes/sim/fp4sim_session.py``). Every Blackwell backend must PASS with correct libraries; each
+fault must end in its own named outcome, never PASS and never "unsupported" for a marshalling bug;
+a baseline from one simulated run gates a simulated FlashInfer upgrade that dropped or re-ordered
+configs; the simulated upgrade is also judged by ``fp4bench ab`` with real worker processes (the
+one test here marked ``e2e``)."""
 
 from __future__ import annotations
 
@@ -19,12 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from fakes.wrapped import unwrapped
 from fakes.flashinfer import SM120_CONFIGS
 from fakes.paths import ROOT
+from fakes.sim import fp4sim_session
+from fakes.wrapped import unwrapped
 
-#: every test here runs ``pytest bench`` (or ``fp4bench ab`` and its workers) in child processes
-pytestmark = pytest.mark.e2e
 SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
              "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4")
@@ -43,20 +44,18 @@ def sim_path(flashinfer: str) -> str:
 
 def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", library: str = "",
           torch_seen: str = "2.9.1", flashinfer: str = FLASHINFER[0],
-          extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    # without the xdist worker's variables (module-scoped fixtures run this before the autouse
-    # fixture of conftest.py hides them): the child's pytest-benchmark would disable itself
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+          extra_env: dict[str, str] | None = None) -> fp4sim_session.Run:
+    """``pytest bench`` on the simulated machine, in this process (``fp4sim_session``)."""
     # this checkout's src first: the venv's editable install may point at another checkout
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), sim_path(flashinfer)]), FP4SIM_GPU=gpu,
+    env = dict(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), sim_path(flashinfer)]), FP4SIM_GPU=gpu,
                FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen, FP4SIM_FLASHINFER=flashinfer,
                **(extra_env or {}))
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
+    cmd = [str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
            "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return fp4sim_session.run(cmd, tmp_path, env)
 
 
-def outcomes(res: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
+def outcomes(res: fp4sim_session.Run) -> dict[str, tuple[str, str]]:
     """test id -> (PASSED | FAILED | SKIPPED | ERROR, the one-line message) from ``-rA``."""
     out = {}
     for line in unwrapped(res.stdout).splitlines():
@@ -85,7 +84,7 @@ def verdict_rows(stdout: str) -> list[str]:
     return [r for r in rows if r]
 
 
-def of(res: subprocess.CompletedProcess, backend: str) -> dict[str, tuple[str, str]]:
+def of(res: fp4sim_session.Run, backend: str) -> dict[str, tuple[str, str]]:
     return {k: v for k, v in outcomes(res).items() if k.startswith(f"{backend}-") and not k.startswith(f"{backend}-nvfp4")}
 
 
@@ -179,7 +178,7 @@ def test_sglang_rows_need_the_sglang_runner_stack(tmp_path):
                and "sglang runner environment" in m for m in skips), skips
 
 
-def _fi_dense_all(tmp_path: Path, *args: str, library: str = "") -> subprocess.CompletedProcess:
+def _fi_dense_all(tmp_path: Path, *args: str, library: str = "") -> fp4sim_session.Run:
     return bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass", "--fp4-kinds", "dense",
                  "--fp4-tactics", "all", *args, library=library)
 
@@ -228,10 +227,10 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
     """``fp4bench ab`` between the two simulated FlashInfer releases on one simulated GPU: the
     SM120 dense backend, batch 1, every simulated tactic and the default row.
 
-    A simulated launch lasts 20 ms (``FP4SIM_CALL_S``), slept out by the fake (fakes/flashinfer.py:
-    a busy-wait is preempted by whole scheduler ticks on a loaded machine), and the ``fp4sim_ab``
-    workers run torch on one intra-op thread, so the fake's own CPU work (~1 ms) stays inside
-    it: what the rule sees is the simulated device time. Two processes a side, three rounds."""
+    A simulated launch lasts 20 ms (``FP4SIM_CALL_S``) of the workers' simulated clock
+    (``FP4SIM_CLOCK=sim``, fakes/sim/fp4sim_ab.py): what the rule sees is the simulated device
+    time alone, whatever the machine's load, and nothing is slept. Two processes a side, three
+    rounds."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.update(FP4SIM_GPU=gpu, FP4SIM_FAULT="", FP4SIM_LIBRARY="", FP4SIM_TORCH="2.9.1", FP4SIM_CALL_S="0.02",
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(SIM)]))
@@ -240,8 +239,8 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
     # the CLI's own main, in a process that also loads the simulation (it lists sim-tiny)
     cmd = [sys.executable, "-c", "import sys, fp4sim_ab; from fp4bench.cli import main; sys.exit(main(sys.argv[1:]))",
            "ab", "--a", sys.executable, "--b", sys.executable,
-           "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}",
-           "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}",
+           "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}", "--a-env", "FP4SIM_CLOCK=sim",
+           "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}", "--b-env", "FP4SIM_CLOCK=sim",
            "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
            "--batches", "1", "--tactics", "all", "--device", "cpu", "--replicates", "2", "--rounds", "3",
            "--round-samples", "3", "--floor", "8", "--l2", "hot", "--verdict-json", str(out)]
@@ -249,6 +248,7 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
     return res, json.loads(out.read_text()) if out.exists() else {}
 
 
+@pytest.mark.e2e  # fp4bench ab and its workers in child processes
 def test_ab_of_the_flashinfer_upgrade_shows_only_the_sm120_stream_k_rows_faster(tmp_path):
     """0.7.4's SM120 launcher skips the stream-K workspace re-initialization: on a simulated RTX PRO
     6000, ``fp4bench ab`` with 0.7.2.post1 on A and 0.7.4 on B judges exactly the stream-K tactics

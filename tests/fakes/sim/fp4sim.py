@@ -7,7 +7,7 @@ replaces, and nothing else, is what a GPU would provide:
   torch build reports (``torch.version.cuda``), and the nvcc and cuDNN versions the fingerprint
   records (``_choice_env``: the simulated FlashInfer's, ``FP4SIM_NVCC`` / ``FP4SIM_CUDNN``);
 * torch's FP4 ``_scaled_mm`` / ``_scaled_mm_v2`` ``out=`` kernels: CPU implementations from
-  ``fakes.torch_scaled_mm`` registered under the real aten op names;
+  ``fakes.torch_scaled_mm`` registered under the real aten op names (``fp4sim_ops``);
 * the profiler's kernel names (``fp4bench.measure.kernels.kernel_names``): the kernels the fake
   libraries launched during the call;
 * a tiny model ``sim-tiny`` (H 256, I 128, 8 experts, top-2, one shared expert: dense GEMMs) so a case takes milliseconds.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+import fp4sim_ops
 import fp4sim_world as world
 from fp4bench.backends.builtin import _choice_env, _gating
 from fp4bench.measure import kernels as kernel_ids
@@ -32,15 +33,6 @@ TINY = MoEModel(name="sim-tiny", hidden=256, moe_intermediate=128, num_experts=8
                 shared_intermediate=128, moe_layers=1, num_layers=1, native_format="nvfp4",
                 sources={f: _SRC for f in ("hidden", "moe_intermediate", "num_experts", "top_k", "shared_experts",
                                            "shared_intermediate", "moe_layers", "num_layers", "native_format")})
-_aten = torch.library.Library("aten", "IMPL")
-
-
-def _scaled_mm_out(a, b, scale_a, scale_b, *args, out, **kwargs):
-    return world.TORCH.scaled_mm_out(a, b, scale_a, scale_b, out)
-
-
-def _scaled_mm_v2_out(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, *args, out, **kwargs):
-    return world.TORCH.scaled_mm_v2_out(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, out)
 
 
 def _kernel_names(fn, **_: object) -> list[str]:
@@ -60,12 +52,14 @@ def install(mp) -> None:
     mp.setattr(_choice_env, "nvcc_version", lambda environ=None: f"{world.MM.cuda} (simulated)")
     mp.setattr(_choice_env, "cudnn_version", lambda: world.MM.cudnn)
     mp.setattr(kernel_ids, "kernel_names", _kernel_names)
-    catalog._registry()[TINY.name] = TINY
-    _aten.impl("_scaled_mm.out", _scaled_mm_out, "CPU")
-    _aten.impl("_scaled_mm_v2.out", _scaled_mm_v2_out, "CPU")
+    mp.setitem(catalog._registry(), TINY.name, TINY)
+    fp4sim_ops.register_aten()
 
 
 def pytest_configure(config) -> None:
+    """Installed for the session and undone after it (an in-process run leaves the process as it
+    found it: its torch threads, model catalog and patched functions)."""
     mp = __import__("pytest").MonkeyPatch()
     config.add_cleanup(mp.undo)
+    config.add_cleanup(lambda threads=torch.get_num_threads(): torch.set_num_threads(threads))
     install(mp)

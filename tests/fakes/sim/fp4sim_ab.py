@@ -2,19 +2,31 @@
 import, in a process that is no pytest run (``--plugin fp4sim_ab``). It adds no backend: the
 built-in adapters drive the fake libraries the worker's ``PYTHONPATH`` puts first.
 
-A timed comparison of the simulation (``FP4SIM_CALL_S``) is decided by the simulated launch time
-only while the fake's own CPU work stays below it. That work is small torch ops (a few hundred
-microseconds to a few milliseconds at sim-tiny's shapes) which torch would split over its
-intra-op threads: on a loaded machine each parallel region can then wait a scheduler time slice
-for a descheduled thread, and a call grew from ~1 ms to ~40 ms at random. One intra-op thread
-keeps the fake's CPU time far below a simulated launch of tens of milliseconds.
+``FP4SIM_CLOCK=sim`` (set for the workers only, ``--a-env`` / ``--b-env``): the process runs on
+``clock.SimClock`` for its whole life, so a simulated launch (``FP4SIM_CALL_S``) advances the clock
+by exactly its simulated device time and what the worker times is that time alone, whatever the
+machine's load; nothing is slept. The parent (``fp4bench ab`` itself) keeps the real clock: its
+waits for the workers' answers are real.
+
+torch runs on one intra-op thread: on a loaded machine each parallel region of the fake's small
+torch ops can wait a scheduler time slice for a descheduled thread.
 """
+
+import contextlib
+import os
 
 import pytest
 import torch
 
 import fp4sim
+from fp4bench import clock
 
 torch.set_num_threads(1)
 fp4sim.install(pytest.MonkeyPatch())
+#: the simulated clock of a worker, entered for the life of the process
+_PROCESS = contextlib.ExitStack()
+if os.environ.get("FP4SIM_CLOCK") == "sim":
+    _PROCESS.enter_context(clock.using(clock.SimClock()))
+elif os.environ.get("FP4SIM_CLOCK"):
+    raise ValueError(f"FP4SIM_CLOCK={os.environ['FP4SIM_CLOCK']!r}: use sim, or leave it unset for the real clock")
 BACKENDS: list = []
