@@ -120,11 +120,11 @@ def approve(
             )
     dest = approved_path(root, cand.fingerprint.gpu_slug)
     with approval_transaction(root, dest.parent) as transaction:  # one approval of this GPU folder at a time
-        return _approve(candidate, cand, root, dest, force, now, transaction)
+        return _approve(candidate, cand, root, dest, force, now, transaction, drift)
 
 
 def _approve(candidate, cand: Baseline, root, dest: Path, force: bool, now: datetime | None,
-             transaction) -> Approval:
+             transaction, drift: DriftSettings | None) -> Approval:
     """``approve`` once the candidate itself is accepted, holding the GPU folder's lock."""
     if dest.exists() and dest.resolve() == Path(candidate).resolve():
         raise BaselineError(f"{candidate} is already the approved baseline")
