@@ -33,6 +33,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from fp4bench.bisect.search import ReleaseBroken
+from fp4bench.outputs import write_atomic
 
 READY = ".fp4bench-ready"
 #: the module a distribution is imported as, where it is not the name with '_' for '-'
@@ -114,7 +115,7 @@ class VenvBuilder:
         python = where / "bin" / "python"
         site = where / "lib" / f"python{base['python']}" / "site-packages"
         lines = "".join(f"import site; site.addsitedir({s!r})\n" for s in base["site"])
-        (site / "_fp4bench_base.pth").write_text(lines)
+        write_atomic(site / "_fp4bench_base.pth", lines)
         source = ["--no-index", "--find-links", str(self.wheels)] if self.wheels else []
         reqs = [f"{self.package}=={version}", *(f"{n}=={v}" for n, v in sorted(self.pins.items()))]
         _run([self.base_python, "-m", "pip", "--python", str(python), "install", "--no-input", "--quiet",
@@ -131,5 +132,5 @@ class VenvBuilder:
         if self.prepare:
             _run([str(python), "-m", "fp4bench", "prepare"], f"{self.package} {version}: fp4bench prepare",
                  self.timeout_s)
-        (where / READY).write_text(json.dumps({"package": self.package, "version": version, "pins": self.pins}) + "\n")
+        write_atomic(where / READY, json.dumps({"package": self.package, "version": version, "pins": self.pins}) + "\n")
         return where
