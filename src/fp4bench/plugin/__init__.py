@@ -19,7 +19,6 @@ from fp4bench.plugin.hooks import (  # noqa: F401  pytest finds hooks and fixtur
     pytest_runtestloop,
     pytest_runtest_makereport,
     pytest_keyboard_interrupt,
-    pytest_sessionstart,
     fp4_session,
     fp4_bench,
     pytest_benchmark_update_json,

@@ -131,10 +131,6 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksessio
     plugin_benchmark.user_paths(config, benchmarksession)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    plugin_benchmark.user_paths(session.config)  # "Wrote benchmark data in: <the user's file>"
-
-
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` over benchmark cases: one worker per visible GPU (``plugin_xdist``)."""
@@ -222,6 +218,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    plugin_benchmark.user_paths(session.config)  # "Wrote benchmark data in: <the user's file>"
     st = _state(session.config)
     if st.json_path is not None:  # pytest-benchmark writes the candidate itself: a failed write is ours to clean
         plugin_benchmark.guard_save(session.config, lambda exc: _save_failed(st, exc))
