@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from fp4bench.ab import judge as ab_judge
+from fp4bench.ab import report as ab_report
 from fp4bench.ab import run as ab_run
 from fp4bench.ab.records import AbRun
 from fp4bench.cli.ab import ab_main
@@ -25,7 +26,7 @@ def _stub(monkeypatch, listed):
 
     monkeypatch.setattr(ab_run, "AbRunner", Runner)
     monkeypatch.setattr(ab_judge, "judge", lambda run, policy: "result")
-    monkeypatch.setattr(ab_judge, "report", lambda run, result: "")
+    monkeypatch.setattr(ab_report, "report", lambda run, result: "")
     monkeypatch.setattr(ab_judge, "outcome", lambda run, result: (0, ""))
     return asked
 

@@ -77,8 +77,10 @@ def test_by_default_a_process_keeps_its_placement_set_and_the_workers_get_the_co
     from fp4bench.cli.ab import build_parser
 
     cfg = AbConfig(sweep=SWEEP)
-    assert cfg.placement == "process" and cfg.min_copies == 4
     args = build_parser().parse_args(["--a", "python3", "--b", "python3"])
-    assert args.placement == "process" and args.min_copies == 4
+    # left out, the runner's rule: MIN_COPIES (4) on a GPU, one copy on a CPU
+    assert cfg.placement == args.placement == "process" and cfg.min_copies is None and args.min_copies is None
+    default = Child({**_init(Side(sys.executable), cfg), "device": "cpu"}).runner
+    assert default.min_copies == 4 and default.cpu_copies == 1
     init = _init(Side(sys.executable), AbConfig(sweep=SWEEP, min_copies=6))
     assert init["min_copies"] == 6 and Child({**init, "device": "cpu"}).runner.min_copies == 6

@@ -14,8 +14,9 @@ def test_a_pytest_node_name_becomes_the_id_ab_knows():
         == "sim-bf16-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256"
 
 
-def _doc(rows: list[tuple[str, str, float]], exit_code: int) -> dict:
-    """ab's verdict document of an A/A run of benchmarks x and y, its rows set to (name, status, Δ %)."""
+def _doc(rows: list[tuple[str, str, float | None]], exit_code: int) -> dict:
+    """ab's verdict document of an A/A run of benchmarks x and y, its rows set to (name, status, Δ %)
+    and whether each fails the gate as the default ``Policy`` has it (FAIL and MISSING do)."""
     import numpy as np
 
     from fakes.benchjson import H200, samples
@@ -33,7 +34,8 @@ def _doc(rows: list[tuple[str, str, float]], exit_code: int) -> dict:
                 [Paired(n, side(), side(), [list("ABBA")]) for n in ("x", "y")], {"A": 1.0, "B": 1.0})
     doc = to_json(run, judge(run, Policy()))
     given = {n: (st, d) for n, st, d in rows}
-    doc["benchmarks"] = [dict(r, status=given[r["name"]][0], delta_pct=given[r["name"]][1])
+    doc["benchmarks"] = [dict(r, status=given[r["name"]][0], delta_pct=given[r["name"]][1],
+                              fails_gate=given[r["name"]][0] in ("FAIL", "MISSING"))
                          for r in doc["benchmarks"] if r["name"] in given]
     doc["counts"] = {k: sum(r["status"] == k for r in doc["benchmarks"]) for k in doc["counts"]}
     doc["exit_code"] = exit_code
@@ -46,7 +48,7 @@ def _doc(rows: list[tuple[str, str, float]], exit_code: int) -> dict:
     ([("x", "PASS", 0.3), ("y", "AMBIGUOUS", 2.0)], 0, "AMBIGUOUS"),
     ([("x", "PASS", 0.3), ("y", "PASS", -0.2)], 0, "PASS"),
     ([("x", "FAIL", 8.0)], 1, "INCOMPLETE"),  # y was not judged
-    ([("x", "FAIL", 8.0), ("y", "PASS", 0.1)], 3, "INCOMPLETE"),
+    ([("x", "MISSING", None), ("y", "PASS", 0.1)], 3, "INCOMPLETE"),  # ab lost x
 ])
 def test_a_step_from_abs_verdict(rows, code, status):
     s = from_verdict("0.7.1", "0.7.2", _doc(rows, code), ["x", "y"])

@@ -240,7 +240,7 @@ def test_progress_eta_counts_the_further_windows_and_they_report_their_own():
 
     seen = []
 
-    def window(runner, backend, spec):
+    def window(runner, backend, spec, index):
         now[0] += 15.0
         return [1.0], ""
 

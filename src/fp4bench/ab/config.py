@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from fp4bench.ab.defaults import DEFAULTS
 from fp4bench.gate.rule import RuleSettings
-from fp4bench.measure.copies import MIN_COPIES
 from fp4bench.run.sweep import SweepOptions
 
 
@@ -56,8 +55,9 @@ class AbConfig:
     cold_l2: bool = True
     seed: int = 0
     #: rotating operand copies every capture has at least (``measure.copies``): the same on both
-    #: sides, from the GPU's L2 and total memory and the operand bytes
-    min_copies: int = MIN_COPIES
+    #: sides, from the GPU's L2 and total memory and the operand bytes; None: the runner's rule
+    #: (``MIN_COPIES`` on a GPU, one copy on a CPU), as ``--min-copies`` left out gives it
+    min_copies: int | None = None
     #: "span": a sample is the CUDA-graph replay's event span per call (what a graph-serving
     #: engine pays, launch gaps included), the kernel names come from the profiled capture step;
     #: "cupti": every round is profiled and a sample is kernel busy time, as in the pytest run.
