@@ -88,6 +88,7 @@ class Worker:
         self.starts = 0  # processes started: one more after each lost worker
         self._lines: queue.Queue = queue.Queue()
         self._launched = False
+        self.interrupted = False  # killed because the parent was interrupted mid-request
 
     @staticmethod
     def _reader(stream, lines: queue.Queue) -> None:
@@ -128,7 +129,8 @@ class Worker:
             ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
         except WorkerLost as exc:
             why = self._stderr.error_line()
-            raise WorkerLost(f"{exc}; {self.spec.python} said: {why}" if why else str(exc)) from None
+            said = f"said: {why}" if why else "wrote nothing (no line on stdout or stderr)"
+            raise WorkerLost(f"{exc}; {self.spec.python} {said}") from None
         finally:
             self._stderr.forward()  # from now on the child's stderr (library output) is passed through
         if ready.get("type") == "error":
@@ -158,12 +160,16 @@ class Worker:
             raise TimeoutError from None
 
     def _exchange(self, msg: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
-        self._send(protocol.dumps(msg))
         try:
+            self._send(protocol.dumps(msg))
             line = self._receive(timeout)
         except TimeoutError:
             self.kill()
             raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
+        except BaseException:  # Ctrl-C / SIGTERM (KeyboardInterrupt) while the worker works: stop it now
+            self.interrupted = True
+            self.kill()
+            raise
         if line is None:  # stdout at EOF: the process is exiting
             rc = self._reap()
             raise WorkerLost(f"{self.label} process died during {what}: {describe_exit(rc)}")
