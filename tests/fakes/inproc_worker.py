@@ -86,6 +86,7 @@ BACKEND = "sim-bf16"
 SIDE_ENV = "FAKE_SIDE"
 #: the exit status a crashed fake process reports (the parent names it "killed by SIGABRT (abort)")
 ABORTED = -6
+KILLED = -9
 
 
 @dataclass
@@ -145,6 +146,11 @@ class FakeProcess:
 
     def crash(self) -> None:
         raise ProcessDied
+
+    def kill(self) -> None:
+        """SIGKILL from outside (``Worker.stop``): a request it is answering gets no reply."""
+        if self.exit_status is None:
+            self.exit_status = KILLED
 
     def hang(self) -> None:
         raise ProcessHung
@@ -293,6 +299,8 @@ class InprocWorker(Worker):
         except ProcessHung:
             self._silent = True
             return
+        if p.exit_status == KILLED:  # killed while it answered: its stdout ends, no reply
+            return
         if what == "fatal":
             reply = {"type": "result", "status": "failed", "reason": "CUDA context poisoned: simulated",
                      "fatal": "simulated"}
@@ -323,7 +331,7 @@ class InprocWorker(Worker):
     def _reap(self, timeout: float = 30.0) -> int:
         p: FakeProcess = self.proc
         if p.exit_status is None:
-            p.exit_status = -9 if timeout == 0 else 0  # ``kill`` reaps at once: SIGKILL
+            p.exit_status = KILLED if timeout == 0 else 0  # ``kill`` reaps at once: SIGKILL
         self.proc = None
         return p.exit_status
 

@@ -207,6 +207,15 @@ class Worker:
         if self.proc is not None:
             self._reap(timeout=0)
 
+    def stop(self) -> None:
+        """Kill the process from another thread than the one using this worker (Ctrl-C in a
+        several-GPU run): only the signal; the request it answers ends in EOF, and the owning
+        thread reaps the process as for any death."""
+        proc = self.proc
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
     def close(self) -> None:
         if self.proc is None:
             return
