@@ -199,24 +199,15 @@ def test_ctrl_c_kills_every_gpus_workers_at_once_and_reports_none_lost(host, cap
     """Ctrl-C (SIGINT to the main thread) while a GPU 0 worker answers a timing round: every
     GPU's workers are killed (the request in flight ends at once, not at the round's end), what
     finished is judged, the rest is not reached, and no process is reported LOST or CRASHed."""
-    import signal
-    import threading
-    import time
+    from fakes.inproc_worker import KILLED, Behaviour, ctrl_c_until_killed
 
-    from fakes.inproc_worker import KILLED, Behaviour
-
-    main = threading.main_thread().ident
     hit: list[int] = []
 
     def ctrl_c(p, req):
         if req["op"] == "time" and p.spec.env.get("CUDA_VISIBLE_DEVICES") == UUIDS[0] and not hit \
                 and p.requests.count("time") == 3:
             hit.append(p.pid)
-            signal.pthread_kill(main, signal.SIGINT)
-            for _ in range(3000):  # a bound, not a timing: the main thread kills this process
-                if p.exit_status is not None:
-                    break
-                time.sleep(0.001)
+            ctrl_c_until_killed(p)
         return None
 
     sim_workers.behaviour_of = lambda spec: Behaviour(fault=ctrl_c)

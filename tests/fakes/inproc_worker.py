@@ -180,6 +180,20 @@ def at_call(n: int, what: str = "crash", *, once: bool = True) -> Callable[[Fake
     return kernel_s
 
 
+def ctrl_c_until_killed(process: FakeProcess) -> None:
+    """From a worker thread of the run (a ``Behaviour.fault``): Ctrl-C to the main thread (a real
+    SIGINT, which wakes the main thread where it waits), then wait until the run kills
+    ``process`` (a bound of ~3 s, not a timing: when the run never kills it, the test sees that)."""
+    import signal
+    import time
+
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    for _ in range(3000):
+        if process.exit_status is not None:
+            return
+        time.sleep(0.001)
+
+
 _local = threading.local()  # the fake process answering on this thread
 _turn = threading.RLock()  # one request at a time: os.environ and the registry are process-wide
 

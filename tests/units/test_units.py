@@ -258,21 +258,13 @@ def test_ctrl_c_mid_window_kills_the_workers_and_reports_no_crash(host, capsys, 
     """Ctrl-C (SIGINT to the main thread) while GPU 0's worker answers a window: every worker is
     killed, what was measured is judged, the rest is not reached, and the window the interrupt cut
     short is not reported as a crash or a lost window (nothing is recorded after the check ended)."""
-    import signal
     import threading
-    import time
 
-    from fakes.inproc_worker import Behaviour
-
-    main = threading.main_thread().ident
+    from fakes.inproc_worker import Behaviour, ctrl_c_until_killed
 
     def ctrl_c(p, req):
-        if req["op"] == "time" and len([r for r in p.requests if r == "time"]) == 2:
-            signal.pthread_kill(main, signal.SIGINT)
-            for _ in range(10_000):  # a bound, not a timing: the main thread kills this process
-                if p.exit_status is not None:
-                    break
-                time.sleep(0.001)
+        if req["op"] == "time" and p.requests.count("time") == 2:
+            ctrl_c_until_killed(p)
         return None
 
     gpu0 = Behaviour(fault=ctrl_c)
