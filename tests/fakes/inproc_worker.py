@@ -342,8 +342,11 @@ class InprocWorker(Worker):
         line, self._reply = self._reply, None
         return line  # None: the process died (its stdout at EOF)
 
-    def _reap(self, timeout: float = 30.0) -> int:
-        p: FakeProcess = self.proc
+    def _reap(self, timeout: float = 30.0) -> int | None:
+        p: FakeProcess | None = self.proc
+        if p is None:  # reaped already by another thread (``kill`` on Ctrl-C)
+            return self._reaped.exit_status if self._reaped is not None else None
+        self._reaped = p
         if p.exit_status is None:
             p.exit_status = KILLED if timeout == 0 else 0  # ``kill`` reaps at once: SIGKILL
         self.proc = None

@@ -82,3 +82,27 @@ def test_a_real_worker_ignores_the_terminals_ctrl_c_and_ends_when_its_stdin_clos
     w.close()
     assert proc.returncode == 0
     assert "KeyboardInterrupt" not in capfd.readouterr().err
+
+
+
+class _Exited:
+    """A ``subprocess.Popen`` stand-in for a process that was killed (SIGKILL) and has exited."""
+
+    returncode = KILLED
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+    def kill(self):
+        pass
+
+
+def test_a_worker_reaped_by_another_thread_mid_request_gives_its_status_not_an_error():
+    """Ctrl-C in a several-GPU run: the main thread kills and reaps a worker (``kill``) while the
+    thread using it waits for its answer, which then ends in EOF and reaps again: that second reap
+    gives the status of the process reaped (SIGKILL), never an internal error."""
+    w = Worker(WorkerSpec(python=sys.executable))
+    w.proc = _Exited()
+    w.kill()  # the main thread
+    assert w.proc is None
+    assert w._reap() == KILLED  # the thread that waited for the answer

@@ -84,6 +84,7 @@ class Worker:
     def __init__(self, spec: WorkerSpec, label: str = "worker"):
         self.spec, self.label = spec, label
         self.proc: subprocess.Popen | None = None
+        self._reaped: subprocess.Popen | None = None  # the last process reaped
         self.ready: dict[str, Any] | None = None
         self.starts = 0  # processes started: one more after each lost worker
         self._lines: queue.Queue = queue.Queue()
@@ -191,16 +192,19 @@ class Worker:
             self.close()  # exits by itself after a fatal reply
         return reply
 
-    def _reap(self, timeout: float = 30.0) -> int:
+    def _reap(self, timeout: float = 30.0) -> int | None:
         """Wait for the process to exit, killing it after ``timeout`` s (never wait on one that
-        does not); its exit status."""
-        assert self.proc is not None
+        does not); its exit status. Reaped already (another thread's ``kill`` on Ctrl-C while
+        this one waited for its answer): that status."""
+        proc = self.proc
+        if proc is None:
+            return self._reaped.returncode if self._reaped is not None else None
         try:
-            rc = self.proc.wait(timeout=timeout)
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.proc = None
+            proc.kill()
+            rc = proc.wait()
+        self.proc, self._reaped = None, proc
         return rc
 
     def kill(self) -> None:
