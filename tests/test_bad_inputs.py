@@ -399,6 +399,9 @@ WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, str]] = [
      "side A ({python}) could not start: RuntimeError: Expected one of cpu, cuda"),
     ("plugin that does not import", lambda tmp: sys.executable, {"plugins": ["no_such_mod"]},
      "side A ({python}) could not start: ValueError: --fp4-plugin: cannot import backend module 'no_such_mod'"),
+    ("interpreter that dies silently", lambda tmp: "/bin/false", {},
+     "side A process died during start: exited with status 1; /bin/false wrote nothing (no line on stdout or "
+     "stderr)"),
     ("not a Python interpreter", lambda tmp: "/bin/echo", {},
      "side A: /bin/echo is not an fp4bench worker: it answered '-m fp4bench.run.worker' to start"),
 ]

@@ -193,3 +193,32 @@ def test_only_runs_just_those_benchmarks_spread_over_the_gpus(host, capsys):
     js = json.loads(out.read_text())
     assert sorted(r["name"] for r in js["benchmarks"]) == sorted(names.split(","))
     assert js["evidence"]["not_reached"] == []
+
+
+def test_ctrl_c_kills_every_gpus_workers_at_once_and_reports_none_lost(host, capsys, sim_workers):
+    """Ctrl-C (SIGINT to the main thread) while a GPU 0 worker answers a timing round: every
+    GPU's workers are killed (the request in flight ends at once, not at the round's end), what
+    finished is judged, the rest is not reached, and no process is reported LOST or CRASHed."""
+    from fakes.inproc_worker import KILLED, Behaviour, ctrl_c_until_killed
+
+    hit: list[int] = []
+
+    def ctrl_c(p, req):
+        if req["op"] == "time" and p.spec.env.get("CUDA_VISIBLE_DEVICES") == UUIDS[0] and not hit \
+                and p.requests.count("time") == 3:
+            hit.append(p.pid)
+            ctrl_c_until_killed(p)
+        return None
+
+    sim_workers.behaviour_of = lambda spec: Behaviour(fault=ctrl_c)
+    out = host / "ab.json"
+    code = ab_main(_cli("--verdict-json", str(out)))
+    got = capsys.readouterr()
+    text = got.out + got.err
+    assert hit and code == EXIT_INCOMPLETE, text
+    killed = {p.pid: p.exit_status for p in sim_workers.processes}
+    assert killed[hit[0]] == KILLED, killed  # the one answering: killed, not waited for
+    assert "LOST" not in text and "CRASH" not in text, text
+    js = json.loads(out.read_text())
+    assert js["evidence"]["not_reached"] and js["evidence"]["crashes"] == []
+    assert all(b["evidence"]["crashes"] == [] for b in js["benchmarks"])

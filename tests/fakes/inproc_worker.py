@@ -86,6 +86,7 @@ BACKEND = "sim-bf16"
 SIDE_ENV = "FAKE_SIDE"
 #: the exit status a crashed fake process reports (the parent names it "killed by SIGABRT (abort)")
 ABORTED = -6
+KILLED = -9
 
 
 @dataclass
@@ -146,6 +147,11 @@ class FakeProcess:
     def crash(self) -> None:
         raise ProcessDied
 
+    def kill(self) -> None:
+        """SIGKILL from outside (``Worker.stop``): a request it is answering gets no reply."""
+        if self.exit_status is None:
+            self.exit_status = KILLED
+
     def hang(self) -> None:
         raise ProcessHung
 
@@ -172,6 +178,20 @@ def at_call(n: int, what: str = "crash", *, once: bool = True) -> Callable[[Fake
             process.crash() if what == "crash" else process.hang()
         return t
     return kernel_s
+
+
+def ctrl_c_until_killed(process: FakeProcess) -> None:
+    """From a worker thread of the run (a ``Behaviour.fault``): Ctrl-C to the main thread (a real
+    SIGINT, which wakes the main thread where it waits), then wait until the run kills
+    ``process`` (a bound of ~3 s, not a timing: when the run never kills it, the test sees that)."""
+    import signal
+    import time
+
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    for _ in range(3000):
+        if process.exit_status is not None:
+            return
+        time.sleep(0.001)
 
 
 _local = threading.local()  # the fake process answering on this thread
@@ -293,6 +313,8 @@ class InprocWorker(Worker):
         except ProcessHung:
             self._silent = True
             return
+        if p.exit_status == KILLED:  # killed while it answered: its stdout ends, no reply
+            return
         if what == "fatal":
             reply = {"type": "result", "status": "failed", "reason": "CUDA context poisoned: simulated",
                      "fatal": "simulated"}
@@ -320,10 +342,13 @@ class InprocWorker(Worker):
         line, self._reply = self._reply, None
         return line  # None: the process died (its stdout at EOF)
 
-    def _reap(self, timeout: float = 30.0) -> int:
-        p: FakeProcess = self.proc
+    def _reap(self, timeout: float = 30.0) -> int | None:
+        p: FakeProcess | None = self.proc
+        if p is None:  # reaped already by another thread (``kill`` on Ctrl-C)
+            return self._reaped.exit_status if self._reaped is not None else None
+        self._reaped = p
         if p.exit_status is None:
-            p.exit_status = -9 if timeout == 0 else 0  # ``kill`` reaps at once: SIGKILL
+            p.exit_status = KILLED if timeout == 0 else 0  # ``kill`` reaps at once: SIGKILL
         self.proc = None
         return p.exit_status
 

@@ -252,3 +252,33 @@ def test_usage_errors_are_one_line_before_any_worker_starts(host, capsys, monkey
     assert units_main(_cli(*extra)) == EXIT_USAGE
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_ctrl_c_mid_window_kills_the_workers_and_reports_no_crash(host, capsys, sim_workers):
+    """Ctrl-C (SIGINT to the main thread) while GPU 0's worker answers a window: every worker is
+    killed, what was measured is judged, the rest is not reached, and the window the interrupt cut
+    short is not reported as a crash or a lost window (nothing is recorded after the check ended)."""
+    import threading
+
+    from fakes.inproc_worker import Behaviour, ctrl_c_until_killed
+
+    def ctrl_c(p, req):
+        if req["op"] == "time" and p.requests.count("time") == 2:
+            ctrl_c_until_killed(p)
+        return None
+
+    gpu0 = Behaviour(fault=ctrl_c)
+    sim_workers.behaviour_of = lambda spec: gpu0 if spec.env.get("CUDA_VISIBLE_DEVICES") == "GPU-fake-0" else Behaviour()
+    out = host / "units.json"
+    code = units_main(_cli("--verdict-json", str(out)))
+    for t in threading.enumerate():  # a window still answering after the check returned, if any
+        if t.name.startswith("fp4bench-unit"):
+            t.join(timeout=10)
+    got = capsys.readouterr()
+    text = got.out + got.err  # the report and the progress lines, those of late windows included
+    assert code == EXIT_INCOMPLETE, text
+    assert "INCOMPLETE: interrupted" in " ".join(text.split()), text
+    assert "LOST" not in text and "CRASH" not in text, text
+    js = json.loads(out.read_text())
+    assert all(u["crashes"] == [] for u in js["units"])
+    assert all(p.exit_status == -9 for p in sim_workers.processes)  # killed, none left running

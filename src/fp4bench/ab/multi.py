@@ -99,9 +99,9 @@ def run_on_gpus(gpus: list[Gpu], a: Side, b: Side, cfg: AbConfig,
             while t.is_alive():
                 t.join(0.2)  # short joins: Ctrl-C reaches this (the main) thread
     except KeyboardInterrupt:
-        say("interrupted: stopping every GPU's run at its next request")
+        say("interrupted: stopping every GPU's run (its workers killed)")
         for r in runners:
-            r.stop.set()
+            r.interrupt()
         for t in threads:
             t.join()
     return parts

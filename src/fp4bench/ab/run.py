@@ -91,6 +91,8 @@ class AbRunner(BenchmarkSteps):
         try:
             ready = w.start()
         except (WorkerLost, OSError) as exc:
+            if self.stop.is_set():
+                raise KeyboardInterrupt from None
             if initial:
                 raise RuntimeError(f"side {side} could not start: {exc}") from None
             self.progress(f"[{pid}] could not start: {exc}")
@@ -119,7 +121,20 @@ class AbRunner(BenchmarkSteps):
     def _ask(self, pid: str, msg: dict[str, Any], what: str) -> dict[str, Any]:
         if self.stop.is_set():
             raise KeyboardInterrupt  # stopped from another thread: handled as Ctrl-C
-        return self.workers[pid].request(msg, what)  # WorkerLost: the caller drops the process
+        try:
+            return self.workers[pid].request(msg, what)  # WorkerLost: the caller drops the process
+        except WorkerLost:
+            if self.stop.is_set():  # killed by ``interrupt``: the run was stopped, nothing was lost
+                raise KeyboardInterrupt from None
+            raise
+
+    def interrupt(self) -> None:
+        """Stop the run from another thread (Ctrl-C in a several-GPU run): no request is sent
+        any more and every worker is killed, so the request in flight ends at once; the run's
+        thread then ends as on Ctrl-C (what finished is judged, the rest not reached)."""
+        self.stop.set()
+        for w in list(self.workers.values()):
+            w.stop()
 
     def _slot_tuples(self) -> list[tuple[str | None, str | None]]:
         return [(s[0], s[1]) for s in self.slots]

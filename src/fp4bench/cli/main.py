@@ -5,8 +5,12 @@ command's own module (``COMMANDS``); each command's options come from the option
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Sequence
 
 USAGE = """usage: fp4bench <command> [args]
@@ -68,6 +72,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd in COMMANDS:
         module, func = COMMANDS[cmd]
-        return getattr(importlib.import_module(module), func)(rest)
+        with sigterm_as_interrupt():
+            return getattr(importlib.import_module(module), func)(rest)
     print(f"fp4bench: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
     return 2
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (CI runners, ``timeout``, job schedulers) ends a command as Ctrl-C does: a
+    ``KeyboardInterrupt`` in the main thread, so ``fp4bench ab`` / ``units`` kill their workers,
+    judge what finished and report the rest as not reached. A second SIGTERM while that runs is
+    the default action (the process ends at once). Outside the main thread: nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt("SIGTERM: the command was stopped")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

@@ -7,14 +7,25 @@ the case being measured stops, the session ends as interrupted (pytest exit 2), 
 keeps every finished case and gets its ``end`` line with ``interrupted: true``, and a candidate is
 recorded as not clean (``approve`` refuses it). A second SIGTERM while that runs is the default
 action (the process ends at once). The previous handler is restored when the session ends.
+Before raising, the handler calls what ``on_stop`` registered (the ``-n`` controller passes the
+SIGTERM on to its workers, which only the controller received).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 
 import pytest
+
+
+_ON_STOP = pytest.StashKey[list]()
+
+
+def on_stop(config: pytest.Config, fn: Callable[[int], None]) -> None:
+    """Call ``fn(signum)`` when SIGTERM stops this session, before the ``KeyboardInterrupt``."""
+    config.stash.setdefault(_ON_STOP, []).append(fn)
 
 
 def install(config: pytest.Config) -> None:
@@ -25,6 +36,8 @@ def install(config: pytest.Config) -> None:
 
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
+        for fn in config.stash.get(_ON_STOP, []):
+            fn(signum)
         raise KeyboardInterrupt("SIGTERM: the run was stopped")
 
     signal.signal(signal.SIGTERM, stop)

@@ -16,7 +16,9 @@ Controller (the process the user started; it never creates a CUDA context):
 * ``pytest_runtest_logreport``: each finished case merged as its report arrives, and written to the
   line log; ``pytest_testnodedown`` / ``pytest_handlecrashitem``: a worker's end data, and a worker
   that crashed named (the run is then incomplete: exit 3 unless something failed for real);
-* ``pytest_sessionfinish``: the one results file (``--benchmark-json``, the candidate).
+* ``pytest_sessionfinish``: the one results file (``--benchmark-json``, the candidate);
+* ``stop_workers``: a SIGTERM to the controller is passed on to every worker, so each stops its
+  case at once (a worker going down then is interrupted, not lost).
 
 Worker: checks its pin before anything touches CUDA, runs only its GPU's share of the collection
 (``gpus.plan.share``), attaches each finished case's data to its report and its end data to
@@ -26,6 +28,8 @@ Worker: checks its pin before anything touches CUDA, runs only its GPU's share o
 from __future__ import annotations
 
 import ast
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +197,14 @@ def quiet_worker(config: pytest.Config) -> None:
     plugin_benchmark.write_nothing(config)
 
 
+def worker_pid(node: Any) -> int | None:
+    """The process id of an xdist worker started by a popen gateway (execnet, gateway_io.py,
+    ``Popen2IOMaster.popen``: the gateway's subprocess), None for any other gateway."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    pid = getattr(popen, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
 class ControllerPlugin:
     """The controller's hooks of a run over several GPUs."""
 
@@ -203,6 +215,11 @@ class ControllerPlugin:
         self.lost: list[str] = []
         self._crashed_items: set[str] = set()
         self._planned: list[str] | None = None
+        self.nodes: list[Any] = []  # every worker started, for ``stop_workers``
+        self.stopping = False  # SIGTERM arrived: a worker going down now is interrupted, not lost
+        from fp4bench.plugin import signals
+
+        signals.on_stop(config, self.stop_workers)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -210,6 +227,18 @@ class ControllerPlugin:
 
         node.workerinput[GPU_KEY] = gpu_of(node.gateway.spec)
         node.workerinput[GPUS_KEY] = list(self.st.gpus)
+        self.nodes.append(node)
+
+    def stop_workers(self, signum: int) -> None:
+        """Pass the SIGTERM that stops the controller on to every worker: only the controller got
+        it (``timeout``, a CI runner), and a worker stops its case at once only when signalled
+        itself (its ``plugin.signals``), not when xdist's teardown asks it to exit."""
+        self.stopping = True
+        for node in self.nodes:
+            pid = worker_pid(node)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -262,6 +291,8 @@ class ControllerPlugin:
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
         node = getattr(report, "node", None)
         self._crashed_items.add(crashitem)
+        if self.stopping:  # stopped by the SIGTERM passed on: the run is interrupted, nothing lost
+            return
         self.lost.append(f"worker {self._who(node)} crashed while running {crashitem}")
 
     @pytest.hookimpl(optionalhook=True)
@@ -271,7 +302,7 @@ class ControllerPlugin:
         out = getattr(node, "workeroutput", None) or {}
         if merge.KEY in out:
             merge.absorb_end(self.st, node.gateway.id, out[merge.KEY])
-        if error and not any(f"worker {self._who(node)} " in line for line in self.lost):
+        if error and not self.stopping and not any(f"worker {self._who(node)} " in line for line in self.lost):
             self.lost.append(f"worker {self._who(node)} went down between cases ({str(error)[:200]})")
 
     @staticmethod

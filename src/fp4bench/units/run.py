@@ -16,8 +16,9 @@ passes the benchmarks the rule still calls MORE for some unit take further passe
 
 A worker that dies or hangs costs its unit that window (named in ``Unit.crashes``); the next
 request starts a fresh worker on the same GPU, up to ``MAX_STARTS`` per unit, after which the
-unit's remaining windows are lost (its benchmarks are not judged). Ctrl-C ends the check after
-killing the workers: what was measured is judged, the rest is not reached.
+unit's remaining windows are lost (its benchmarks are not judged). Ctrl-C (SIGTERM too: ``cli.main``
+turns it into one) ends the check after killing the workers: what was measured is judged, the
+rest is not reached, and a window the interrupt cut short is neither a crash nor a lost window.
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ class UnitRunner:
             self._stopping.set()
         for w in self.workers.values():
             w.kill() if kill else w.close()
-        self._pool.shutdown(wait=False)
+        # a window still in flight ends at once (its worker is gone or the next request refused):
+        # waiting for it means nothing is recorded after the run returned
+        self._pool.shutdown(wait=True)
 
     # -- the check --------------------------------------------------------------------------
     def run(self, sweep_for: Callable[[dict], SweepOptions] | None = None) -> UnitsRun:
@@ -281,6 +284,8 @@ class UnitRunner:
             # everything the window held goes back: the next window allocates afresh
             self._ask(unit, {"op": "drop", "release": True}, f"release after {bench.name}")
         except WorkerLost as exc:
+            if self._stopping.is_set():  # killed by an interrupt (Ctrl-C / SIGTERM): not reached, not lost
+                return
             part.lost_windows += 1
             if not dead:  # a unit out of workers is named once, not at every window it misses
                 unit.crashes.append(f"{bench.name}: {exc}")

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Any, TextIO
@@ -304,6 +305,10 @@ def answer(child: Child, req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
+    # Ctrl-C in a terminal reaches the whole process group: the parent decides what an interrupt
+    # stops (it kills a worker that is answering, closes the stdin of an idle one), so a worker
+    # never dies of it mid-reply with a traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything else printed to stdout lands on stderr
     sys.stdout = sys.stderr

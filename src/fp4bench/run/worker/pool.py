@@ -84,10 +84,12 @@ class Worker:
     def __init__(self, spec: WorkerSpec, label: str = "worker"):
         self.spec, self.label = spec, label
         self.proc: subprocess.Popen | None = None
+        self._reaped: subprocess.Popen | None = None  # the last process reaped
         self.ready: dict[str, Any] | None = None
         self.starts = 0  # processes started: one more after each lost worker
         self._lines: queue.Queue = queue.Queue()
         self._launched = False
+        self.interrupted = False  # killed because the parent was interrupted mid-request
 
     @staticmethod
     def _reader(stream, lines: queue.Queue) -> None:
@@ -128,7 +130,8 @@ class Worker:
             ready = self._exchange({"op": "init", **self.spec.init}, self.spec.start_timeout_s, "start")
         except WorkerLost as exc:
             why = self._stderr.error_line()
-            raise WorkerLost(f"{exc}; {self.spec.python} said: {why}" if why else str(exc)) from None
+            said = f"said: {why}" if why else "wrote nothing (no line on stdout or stderr)"
+            raise WorkerLost(f"{exc}; {self.spec.python} {said}") from None
         finally:
             self._stderr.forward()  # from now on the child's stderr (library output) is passed through
         if ready.get("type") == "error":
@@ -158,12 +161,16 @@ class Worker:
             raise TimeoutError from None
 
     def _exchange(self, msg: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
-        self._send(protocol.dumps(msg))
         try:
+            self._send(protocol.dumps(msg))
             line = self._receive(timeout)
         except TimeoutError:
             self.kill()
             raise WorkerLost(f"hang: {self.label} gave no answer to {what} within {timeout:g} s; killed") from None
+        except BaseException:  # Ctrl-C / SIGTERM (KeyboardInterrupt) while the worker works: stop it now
+            self.interrupted = True
+            self.kill()
+            raise
         if line is None:  # stdout at EOF: the process is exiting
             rc = self._reap()
             raise WorkerLost(f"{self.label} process died during {what}: {describe_exit(rc)}")
@@ -185,21 +192,33 @@ class Worker:
             self.close()  # exits by itself after a fatal reply
         return reply
 
-    def _reap(self, timeout: float = 30.0) -> int:
+    def _reap(self, timeout: float = 30.0) -> int | None:
         """Wait for the process to exit, killing it after ``timeout`` s (never wait on one that
-        does not); its exit status."""
-        assert self.proc is not None
+        does not); its exit status. Reaped already (another thread's ``kill`` on Ctrl-C while
+        this one waited for its answer): that status."""
+        proc = self.proc
+        if proc is None:
+            return self._reaped.returncode if self._reaped is not None else None
         try:
-            rc = self.proc.wait(timeout=timeout)
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.proc = None
+            proc.kill()
+            rc = proc.wait()
+        self.proc, self._reaped = None, proc
         return rc
 
     def kill(self) -> None:
         if self.proc is not None:
             self._reap(timeout=0)
+
+    def stop(self) -> None:
+        """Kill the process from another thread than the one using this worker (Ctrl-C in a
+        several-GPU run): only the signal; the request it answers ends in EOF, and the owning
+        thread reaps the process as for any death."""
+        proc = self.proc
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
 
     def close(self) -> None:
         if self.proc is None:
