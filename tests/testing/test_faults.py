@@ -123,8 +123,34 @@ def test_out_of_memory_is_its_own_kind_and_the_runner_gives_its_memory_back(runn
     runner.operands(GemmProblem(8, 64, 128), "bf16", "bf16")  # something cached before
     res = runner.run(BACKENDS["fault-oom"], GemmProblem(40, 64, 128), DEFAULT_TACTIC)
     assert res.status == OUT_OF_MEMORY and res.check is None and res.timing is None
-    assert res.reason == f"OutOfMemoryError: {faults.OutOfMemory.MESSAGE}"
+    assert res.reason == f"OutOfMemoryError: {faults.OutOfMemory.MESSAGE} (also with every cached operand set released)"
     assert not runner._ops and not runner._refs
+
+
+def test_a_case_out_of_memory_beside_the_runners_caches_runs_again_once_they_are_released(runner):
+    """The H100 80GB sweep: a b64 MoE case ran out of memory beside what earlier cases left cached.
+    A backend that fits only when nothing else is cached is measured after one release; with
+    nothing cached the first out-of-memory is final (no second try that cannot differ)."""
+
+    class FitsAlone(faults.OutOfMemory):
+        name = "fits-alone"
+
+        def prepare(self, problem, operands, device):
+            if any(key[0] != problem.id for key in [*runner._ops, *runner._refs]):  # another problem's sets
+                raise torch.OutOfMemoryError(self.MESSAGE)
+            return TorchReference().prepare(problem, operands, device)
+
+        def run(self, prepared, tactic):
+            return TorchReference().run(prepared, tactic)
+
+    from fp4bench.backends.builtin.torch_reference import TorchReference
+
+    runner.run(TorchReference(), GemmProblem(8, 64, 128), DEFAULT_TACTIC)  # leaves its operands cached
+    res = runner.run(FitsAlone(), GemmProblem(40, 64, 128), DEFAULT_TACTIC)
+    assert res.status == MEASURED, res.reason
+    empty = CaseRunner(torch.device("cpu"), runner.timing)
+    res = empty.run(BACKENDS["fault-oom"], GemmProblem(40, 64, 128), DEFAULT_TACTIC)
+    assert res.status == OUT_OF_MEMORY and res.reason == f"OutOfMemoryError: {faults.OutOfMemory.MESSAGE}"
 
 
 def test_a_worker_answers_out_of_memory_with_its_memory_report(isolated_registry):

@@ -251,14 +251,23 @@ class CaseRunner:
     # -- one case -----------------------------------------------------------------------
     def run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool = True) -> CaseResult:
         """Gate, check and (unless ``measure`` is False: correctness only) time one case; then
-        check its replays. A case that does not fit in device memory is ``OUT_OF_MEMORY``, its caches released."""
-        try:
-            return self._run(backend, problem, tactic, measure=measure)
-        except Exception as exc:
-            if not out_of_memory(exc):
-                raise
-            self.release()  # what the case allocated before it ran out goes back for the next one
-            return CaseResult(OUT_OF_MEMORY, one_line(exc))
+        check its replays. A case that runs out of device memory beside what this runner caches
+        (the operand sets and prepared state of earlier cases, up to ``cache_size`` problems) is
+        run once more after every cache is released: on an 80 GB card a b64 MoE case needs 24 GiB
+        beside the 64 GiB an autotuned row's problem left cached (H100 run, docs/results-h200.md).
+        Out of memory again, it is ``OUT_OF_MEMORY``, its caches released for the next case."""
+        for attempt in (1, 2):
+            try:
+                return self._run(backend, problem, tactic, measure=measure)
+            except Exception as exc:
+                if not out_of_memory(exc):
+                    raise
+                cached = any(key[0] != problem.id for key in [*self._ops, *self._refs])  # another problem's
+                self.release()  # what the case and the earlier ones hold goes back
+                if attempt == 2 or not cached:
+                    again = " (also with every cached operand set released)" if attempt == 2 else ""
+                    return CaseResult(OUT_OF_MEMORY, one_line(exc) + again)
+        raise AssertionError("unreachable")
 
     def _run(self, backend: Backend, problem: Problem, tactic: Tactic, *, measure: bool) -> CaseResult:
         avail = availability_of(backend, self.device)
