@@ -402,6 +402,9 @@ def _fresh_registry() -> dict:
 def workers(behaviour: Behaviour | dict | Callable[[WorkerSpec], Behaviour] = Behaviour(), seed: int = 0
             ) -> Iterator[World]:
     """Every worker started in the block is an in-process fake on one simulated clock."""
+    # the built-ins in this process's registry too: ``_loaded_builtins`` is one flag for every
+    # registry, so a fake process's first lookup must not be the one that loads them
+    registry.all_backends()
     world = World(behaviour, seed)
     # a worker's ``release`` runs gc.collect(); over this whole test process's heap that is 0.15 s a
     # call: the objects alive now are set aside for the block, so it scans only what the fakes made
