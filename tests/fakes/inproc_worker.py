@@ -10,7 +10,8 @@ in this process. Nothing is spawned and no torch is imported again, and the cloc
 ``plugins=`` module) writes the correct bf16 product and then ``clock.spin``s its simulated
 time, so a run's samples are exactly what the ``Behaviour`` of each process says, whatever load
 the machine is under. Each fake process sees its spec's environment in ``os.environ`` and its
-own copy of the backend registry while it answers, so per-side plugins and environment
+own backend registry while it answers (started, as a new process's, from the built-ins only,
+whatever this test process has registered), so per-side plugins and environment
 variables (``--b-plugin fp4bench.testing.slowdown``, ``FP4BENCH_TIMER``, ``fakes.ab_env``'s
 ``FAKE_*`` variables) act as in a real worker of that side. Requests are answered one at a time
 (a lock), so the worker threads of a several-GPU run take turns.
@@ -370,11 +371,12 @@ class World:
         self.seed = seed
         self.clock = FakeClock()
         self.processes: list[FakeProcess] = []
+        self.fresh_registry = _fresh_registry()
 
     def start(self, spec: WorkerSpec) -> FakeProcess:
         b = self.behaviour_of(spec)
         rng = np.random.default_rng([self.seed, len(self.processes)])
-        p = FakeProcess(len(self.processes) + 1, spec, b, rng, registry=dict(registry._registry))
+        p = FakeProcess(len(self.processes) + 1, spec, b, rng, registry=dict(self.fresh_registry))
         p.factor = math.exp(rng.normal(0.0, b.process_sd)) if b.process_sd else 1.0
         self.processes.append(p)
         return p
@@ -383,12 +385,27 @@ class World:
         return InprocWorker(spec, label, world=self)
 
 
+def _fresh_registry() -> dict:
+    """The registry a new worker process starts with: the built-ins and entry points only. Not
+    this test process's registry, which may hold what earlier tests registered or wrapped (a
+    ``Slowed`` ``ab-spin`` would make the worker's own ``--fp4-plugin ab_env`` a duplicate)."""
+    saved = registry._registry, registry._loaded_builtins
+    registry._registry, registry._loaded_builtins = {}, False
+    try:
+        registry.all_backends()
+        return dict(registry._registry)
+    finally:
+        registry._registry, registry._loaded_builtins = saved
+
+
 @contextlib.contextmanager
 def workers(behaviour: Behaviour | dict | Callable[[WorkerSpec], Behaviour] = Behaviour(), seed: int = 0
             ) -> Iterator[World]:
     """Every worker started in the block is an in-process fake on one simulated clock."""
+    # the built-ins in this process's registry too: ``_loaded_builtins`` is one flag for every
+    # registry, so a fake process's first lookup must not be the one that loads them
+    registry.all_backends()
     world = World(behaviour, seed)
-    registry.all_backends()  # the built-ins, loaded before any fake process copies the registry
     # a worker's ``release`` runs gc.collect(); over this whole test process's heap that is 0.15 s a
     # call: the objects alive now are set aside for the block, so it scans only what the fakes made
     gc.freeze()

@@ -186,6 +186,23 @@ def test_a_unit_made_slow_is_flagged_and_each_worker_is_pinned_to_its_gpu(host, 
     assert "telemetry: none (NVML is read during GPU windows only" in text
 
 
+def test_a_worker_starts_from_a_fresh_registry_not_this_processs(host, capsys, monkeypatch, isolated_registry):
+    """A worker is a new process: what this test process registered (here a slowed ``ab-spin``, as an
+    earlier in-process test may leave) is not in a fake worker's registry, so its own
+    ``--plugin ab_env`` registers ``ab-spin`` without a clash."""
+    from fp4bench.backends import registry
+
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "ab-spin=1")
+    registry.load_plugin("ab_env")
+    registry.load_plugin("fp4bench.testing.slowdown")
+    assert type(registry.get_backend("ab-spin")).__name__ == "Slowed"
+    monkeypatch.delenv("FP4BENCH_SLOWDOWN")
+    code = units_main(_cli())
+    out, err = capsys.readouterr()
+    assert code == EXIT_OK, out + err
+    assert "registered twice" not in out + err and "TEST-ONLY" not in out
+
+
 def test_a_gpu_whose_worker_cannot_start_leaves_the_check_incomplete(host, capsys, sim_workers):
     from fakes.inproc_worker import Behaviour
 
