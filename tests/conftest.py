@@ -38,7 +38,7 @@ _pytest.pytester.SysModulesSnapshot = _KeepTorchModules
 #: ``_scaled_mm``, the profiler): marked ``torch_api``, the set the newest-torch CI leg runs
 TORCH_API = ("formats/", "backends/", "reference/", "measure/test_verify.py", "measure/test_kernels.py",
              "measure/test_copies.py", "measure/test_fidelity.py", "workload/test_operands.py",
-             "testing/test_slowdown.py", "test_simulated_blackwell.py")
+             "workload/test_operand_memory.py", "testing/test_slowdown.py", "test_simulated_blackwell.py")
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 

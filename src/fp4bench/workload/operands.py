@@ -10,6 +10,7 @@ interleave, views); the reference decodes the canonical objects.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,11 +41,26 @@ def fp8_rowwise_quantize(x: torch.Tensor) -> FP8Rowwise:
     return FP8Rowwise(data, scale)
 
 
-# Quantizing a whole MoE layer at once (e.g. GLM-5 gate_up: 6.4 G elements) makes several fp32
-# temporaries of 26 GB each; an H200 ran out of memory that way. Rows of experts are quantized in
-# chunks of at most this many elements and concatenated (the result is bit-identical: every
-# block and every per-expert global scale lives inside one expert).
-CHUNK_ELEMENTS = 1 << 28
+# Drawing or quantizing a whole MoE layer at once (GLM-5 gate_up: 256 x 4096 x 6144 = 6.4 G
+# elements) makes float32 temporaries of 24 GiB each: an 80 GB card ran out of memory that way.
+# Every full-size operand is drawn and quantized in chunks of whole rows of its leading dim (whole
+# experts of a weight), at most this many elements a chunk and at least one row, into an output
+# allocated once: the largest float32 temporary is one chunk (256 MiB), or one row where a row is
+# larger. Quantizing in chunks is bit-identical (every block and every per-expert global scale
+# lives inside one row); drawing in chunks is one ``randn`` call per chunk from one generator, so
+# the bytes depend on the seed, the shape and this constant only (the same in every process).
+CHUNK_ELEMENTS = 1 << 26
+
+
+def chunks(shape: tuple[int, ...] | torch.Size) -> list[tuple[int, int]]:
+    """``(lo, hi)`` ranges of the leading dim of a tensor of ``shape`` in the chunks above (one
+    range for a tensor of at most one dim or at most ``CHUNK_ELEMENTS`` elements)."""
+    shape = tuple(shape)
+    if len(shape) < 2 or not shape[0]:
+        return [(0, shape[0] if shape else 1)]
+    per_row = max(1, math.prod(shape[1:]))
+    rows = max(1, CHUNK_ELEMENTS // per_row)
+    return [(lo, min(lo + rows, shape[0])) for lo in range(0, shape[0], rows)]
 
 
 def _quantize_whole(x: torch.Tensor, fmt: str, gs: torch.Tensor | None) -> Any:
@@ -55,14 +71,13 @@ def _quantize_whole(x: torch.Tensor, fmt: str, gs: torch.Tensor | None) -> Any:
     return fp8_rowwise_quantize(x)
 
 
-def _concat(parts: list[Any]) -> Any:
-    first = parts[0]
-    fields = {}
-    for f in dataclasses.fields(first):
-        vals = [getattr(p, f.name) for p in parts]
-        v0 = vals[0]
-        fields[f.name] = torch.cat(vals, 0) if isinstance(v0, torch.Tensor) and v0.dim() > 0 else v0
-    return type(first)(**fields)
+def _amax(x: torch.Tensor, per_leading_dim: bool) -> torch.Tensor:
+    """float32 ``max |x|`` (per ``x[i]`` with ``per_leading_dim``, keepdim), chunk by chunk."""
+    if x.dim() < 2:
+        return x.abs().float().amax()
+    dims = tuple(range(1, x.dim()))
+    parts = [x[lo:hi].abs().float().amax(dim=dims, keepdim=True) for lo, hi in chunks(x.shape)]
+    return torch.cat(parts, 0) if per_leading_dim else torch.cat(parts, 0).amax()
 
 
 def quantize(x: torch.Tensor, fmt: str, per_leading_dim: bool = False) -> Any:
@@ -70,27 +85,29 @@ def quantize(x: torch.Tensor, fmt: str, per_leading_dim: bool = False) -> Any:
 
     ``per_leading_dim`` gives each ``x[i]`` its own NVFP4 global scale (one per expert, as
     checkpoints store ``weight_scale_2`` per expert); otherwise one global scale for the tensor.
+    Quantized in chunks of ``x``'s leading dim (``chunks``) into outputs allocated once.
     """
     if fmt == "bf16":
         return None
     if fmt not in ("nvfp4", "mxfp4", "fp8"):
         raise ValueError(f"unknown format {fmt!r}; expected one of nvfp4, mxfp4, bf16, fp8")
-    gs = None
-    if fmt == "nvfp4":
-        if per_leading_dim:
-            amax = x.abs().float().amax(dim=tuple(range(1, x.dim())), keepdim=True)
-        else:
-            amax = x.abs().float().amax()
-        gs = formats.nvfp4_global_scale(amax)
-    per_row = x[0].numel() if x.dim() > 1 else x.numel()
-    rows = max(1, CHUNK_ELEMENTS // max(1, per_row))
-    if x.dim() < 2 or x.shape[0] <= rows:
+    gs = formats.nvfp4_global_scale(_amax(x, per_leading_dim)) if fmt == "nvfp4" else None
+    ranges = chunks(x.shape)
+    if x.dim() < 2 or len(ranges) == 1:
         return _quantize_whole(x, fmt, gs)
-    parts = []
-    for lo in range(0, x.shape[0], rows):
-        g = gs[lo:lo + rows] if gs is not None and gs.dim() > 0 else gs
-        parts.append(_quantize_whole(x[lo:lo + rows], fmt, g))
-    return _concat(parts)
+    out: dict[str, Any] = {}
+    for lo, hi in ranges:
+        g = gs[lo:hi] if gs is not None and gs.dim() > 0 else gs
+        part = _quantize_whole(x[lo:hi], fmt, g)
+        for f in dataclasses.fields(part):
+            v = getattr(part, f.name)
+            if not (isinstance(v, torch.Tensor) and v.dim() > 0):
+                out.setdefault(f.name, v)  # a tensor-wide value (one global scale): the same in every chunk
+                continue
+            if f.name not in out:
+                out[f.name] = v.new_empty((x.shape[0], *v.shape[1:]))
+            out[f.name][lo:hi] = v
+    return type(part)(**out)
 
 
 def dequantize(q: Any) -> torch.Tensor:
@@ -132,7 +149,13 @@ class Operands:
 
 
 def _randn(shape: tuple[int, ...], gen: torch.Generator, device: torch.device, scale: float) -> torch.Tensor:
-    return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale).to(torch.bfloat16)
+    """bf16 ``scale * randn(shape)``: drawn in float32 chunk by chunk (``chunks``), each chunk
+    scaled in place and rounded into the output once."""
+    out = torch.empty(shape, dtype=torch.bfloat16, device=device)
+    for lo, hi in chunks(shape):
+        part = out[lo:hi] if out.dim() else out
+        part.copy_(torch.randn(part.shape, generator=gen, device=device, dtype=torch.float32).mul_(scale))
+    return out
 
 
 def make_operands(
