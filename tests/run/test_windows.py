@@ -48,7 +48,7 @@ def test_a_further_window_prepares_every_rotating_copy_afresh(monkeypatch):
     device = torch.device("cpu")
     runner = CaseRunner(device, TimingConfig(mode="cpu", min_samples=3, max_samples=3, target_rel_ci=None,
                                              time_budget_s=0.0), replays=0)  # replays prepare 2 more a window
-    monkeypatch.setattr(CaseRunner, "copies_for", lambda self, backend, problem, ops: 4)
+    monkeypatch.setattr(CaseRunner, "copies_for", lambda self, backend, problem, ops, prep: 4)
     spec = next(c for c in cases_for(SweepOptions(models=("glm-5",), batches=(1,), kinds=("dense",),
                                                   backends=("torch-bf16",)), all_backends(), device)
                 if not c.skip_reason)

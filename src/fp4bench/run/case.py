@@ -27,6 +27,7 @@ from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
 from fp4bench.gate.picks import choice_text
 from fp4bench.measure import copies as copy_rule
+from fp4bench.measure import holdings
 from fp4bench.measure import kernels as kernel_ids
 from fp4bench.measure import peaks as peak_table
 from fp4bench.measure import replays as later
@@ -418,18 +419,20 @@ class CaseRunner:
             raise CheckFailed(f"{bad.kind}: {bad.detail}")
         return fns
 
-    def copies_for(self, backend: Backend, problem: Problem, ops: Operands) -> int:
+    def copies_for(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared) -> int:
         """Rotating copies of this case (``measure.copies``): with a hot L2 one; off CUDA the
-        ``min_copies`` given (default one); else from the GPU's L2 and *total* memory, so every
-        process on the GPU gets the same count."""
+        ``min_copies`` given (default one); else from the GPU's L2 and *total* memory and what the
+        case holds beside its copies (``holdings.case_bytes`` of ``ops`` and its first ``prep``),
+        so every process on the GPU gets the same count."""
         if self.device.type != "cuda":
             return self.cpu_copies
         if not self.cold_l2:
             return 1
         props = torch.cuda.get_device_properties(self.device)
+        held = holdings.case_bytes(ops, prep, copy_bytes(ops))
         return copy_rule.copy_count(l2_bytes=props.L2_cache_size,
                                     footprint_bytes=problem.bytes_moved(backend.act_format, backend.weight_format),
-                                    copy_bytes=copy_bytes(ops), total_bytes=props.total_memory,
+                                    copy_bytes=held.per_copy, held_bytes=held.held, total_bytes=props.total_memory,
                                     min_copies=self.min_copies, max_copies=self.max_rotating_copies)
 
     def _rotating_calls(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared,
@@ -439,7 +442,7 @@ class CaseRunner:
         another place in device memory), prepared and checked once; the first copy that fails
         its check ends the list (``copy mismatch``). Made afresh for every measurement, never
         cached."""
-        copies = self.copies_for(backend, problem, ops)
+        copies = self.copies_for(backend, problem, ops, prep)
         preps = [prep]
         for i in range(1, copies):
             p = self._prepare(backend, problem, operand_copy(ops))[0]

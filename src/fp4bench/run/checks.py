@@ -13,7 +13,6 @@ reads the new bytes at the addresses it was captured with.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -21,24 +20,11 @@ import torch
 
 from fp4bench.backends.base import Backend, Prepared, Tactic
 from fp4bench.measure import replays as later
+from fp4bench.measure.holdings import tensors_of
 from fp4bench.measure.verify_quant import compare_quantized
 from fp4bench.reference.bound import Reference
 from fp4bench.workload.operands import Operands
 from fp4bench.workload.problems import QuantProblem
-
-
-def tensors_of(obj: Any) -> list[torch.Tensor]:
-    """Every tensor inside ``obj`` (dicts, lists, tuples, dataclasses such as nested ``Prepared``
-    or ``Operands``), in a fixed order: two prepares of one backend list theirs alike."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, dict):
-        return [t for k in obj for t in tensors_of(obj[k])]
-    if isinstance(obj, (list, tuple)):
-        return [t for x in obj for t in tensors_of(x)]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [t for f in dataclasses.fields(obj) if f.init for t in tensors_of(getattr(obj, f.name))]
-    return []
 
 
 def _alike(a: torch.Tensor, b: torch.Tensor) -> bool:
