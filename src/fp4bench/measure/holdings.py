@@ -6,10 +6,14 @@ tensor of it, the bf16 weight originals of a quantized weight format included (t
 input and the unquantized reference's operands; ``workload.operands``). For GLM-5's MoE layer
 those originals are 18 GiB of the 22.8 GiB operand set, more than the four copies a W4A16 case
 makes clone. Each copy is a clone of the tensors a backend of the case's formats reads
-(``run.case.copy_bytes``) and the layouts its ``prepare`` builds from them (an interleaved or
-swizzled weight, a swapped gate/up order: new buffers the size of an operand tensor); a
-``prepare`` that takes views of the operands builds none. ``case_bytes`` adds these up from the
-case's first prepared operands.
+(``run.case.operand_copy``) and the layouts its ``prepare`` builds from them (an interleaved or
+swizzled weight, a swapped gate/up order: new buffers the size of an operand tensor). What a
+copy keeps is the part of its clone its prepared operands read in place (a ``prepare`` that takes
+views keeps all of it: the bf16 grouped rows) and its layouts; the rest of the clone is freed
+once the copy is prepared (the W4A16 MoE rows keep only their layouts). A copy is counted as
+keeping at least what it clones: a layout of another size (a padded swizzle) is not recognised
+as one, and is taken to be about its source's size. ``case_bytes`` adds these up from the case's
+first prepared operands.
 
 Only operand-sized buffers count as layouts (a ``prepare`` buffer as large as a tensor of the
 operand set and not a view of it): their sizes follow from the operands and the adapter's code,
@@ -63,19 +67,28 @@ def layout_bytes(prepared: Any, ops: Any) -> int:
 
 @dataclass(frozen=True)
 class CaseBytes:
-    """``held``: the case with its first copy (the operand set and the layouts its first
-    ``prepare`` built); ``per_copy``: each further rotating copy (its clone and its layouts)."""
+    """What a case holds, in bytes. ``held``: with its first copy (the operand set and the
+    layouts its first ``prepare`` built); ``per_copy``: what each further rotating copy keeps (the
+    part of its clone its prepared operands read in place, and its layouts; at least its clone's
+    size); ``transient``: the rest of a copy's clone, held only while that copy is prepared."""
 
     held: int
     per_copy: int
+    transient: int = 0
 
     def with_copies(self, n: int) -> int:
-        """The bytes the case holds with ``n`` rotating copies (``n`` >= 1)."""
-        return self.held + (max(1, n) - 1) * self.per_copy
+        """The most the case holds with ``n`` rotating copies (``n`` >= 1): the last one's
+        transient clone included."""
+        return self.held + (max(1, n) - 1) * self.per_copy + (self.transient if n > 1 else 0)
 
 
-def case_bytes(ops: Any, prepared: Any, clone_bytes: int) -> CaseBytes:
-    """What a case of operand set ``ops`` and its first ``prepared`` holds (``clone_bytes``: what
-    one rotating copy clones, ``run.case.copy_bytes``)."""
+def case_bytes(ops: Any, prepared: Any, copied: Any) -> CaseBytes:
+    """What a case of operand set ``ops`` and its first ``prepared`` holds; ``copied``: the
+    tensors of ``ops`` a rotating copy clones (``run.case.operand_copy``)."""
     layouts = layout_bytes(prepared, ops)
-    return CaseBytes(held=sum(storages(ops).values()) + layouts, per_copy=clone_bytes + layouts)
+    clone = storages(copied)
+    in_place = set(storages(prepared))
+    kept = sum(n for key, n in clone.items() if key in in_place)
+    cloned = sum(clone.values())
+    return CaseBytes(held=sum(storages(ops).values()) + layouts, per_copy=max(kept + layouts, cloned),
+                     transient=cloned - kept)

@@ -429,10 +429,11 @@ class CaseRunner:
         if not self.cold_l2:
             return 1
         props = torch.cuda.get_device_properties(self.device)
-        held = holdings.case_bytes(ops, prep, copy_bytes(ops))
+        held = holdings.case_bytes(ops, prep, [getattr(ops, n) for n in _copied_fields(ops)])
         return copy_rule.copy_count(l2_bytes=props.L2_cache_size,
                                     footprint_bytes=problem.bytes_moved(backend.act_format, backend.weight_format),
-                                    copy_bytes=held.per_copy, held_bytes=held.held, total_bytes=props.total_memory,
+                                    copy_bytes=held.per_copy, held_bytes=held.held, transient_bytes=held.transient,
+                                    total_bytes=props.total_memory,
                                     min_copies=self.min_copies, max_copies=self.max_rotating_copies)
 
     def _rotating_calls(self, backend: Backend, problem: Problem, ops: Operands, prep: Prepared,
