@@ -73,8 +73,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("plugin", "import a module defining BACKENDS (repeatable)", (*SWEEPS, "env"), action="append", default=[]),
     Option("l2", "L2 state while timing (default cold)", SWEEPS, choices=("cold", "hot"), default="cold"),
     Option("min-copies", "cold L2 on a GPU: every case rotates over at least this many operand copies, each "
-           f"its own allocation, so its time averages over buffer placements (within {MEMORY_FRACTION * 100:.0f}%% of "
-           f"the GPU's total memory; recorded with the run; default {MIN_COPIES}); every copy is checked once "
+           f"its own allocation, so its time averages over buffer placements (while the case with its operands and "
+           f"copies fits in {MEMORY_FRACTION * 100:.0f}%% of the GPU's total memory; recorded with the run; default "
+           f"{MIN_COPIES}); every copy is checked once "
            "(copy mismatch); on a CPU, given, it makes that many copies too (default one there)", SWEEPS,
            type=copy_count),
     # --- how one case is timed (pytest)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # fp4bench.workload.decode imports torch: not before a comman
 
 #: the rotating-copy rule's defaults (``measure.copies``): placements every cold-L2 case averages
 #: at least (``--fp4-min-copies``), most copies a case gets, and the share of the GPU's total
-#: memory all copies of one case may take
+#: memory one case may take with its operand set and all its copies (``measure.holdings``)
 MIN_COPIES = 4
 MAX_COPIES = 16
 MEMORY_FRACTION = 0.40
