@@ -61,6 +61,18 @@ def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def one_thread():
+    """torch on one intra-op thread for the test: on tensors of a few million elements its thread
+    pool costs more than it saves, several times more on a busy machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The backend registry as it is now, restored after the test: inner pytest runs and plugin
     loads register backends into the process-wide registry. The steady backend of

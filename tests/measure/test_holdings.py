@@ -20,6 +20,8 @@ from fp4bench.run.case import CaseRunner, _copied_fields, copy_bytes
 from fp4bench.workload.operands import make_operands
 from fp4bench.workload.problems import GroupedProblem, MoEProblem
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors (conftest)
+
 GIB = 1 << 30
 H100_TOTAL = int(79.18 * GIB)  # "GPU 0 has a total capacity of 79.18 GiB" (NVIDIA H100 80GB HBM3)
 H200_TOTAL = int(139.8 * GIB)

@@ -22,6 +22,8 @@ from fp4bench.workload.decode import decode_problems
 from fp4bench.workload.operands import make_operands, other_activations
 from fp4bench.workload.problems import GroupedProblem, MoEProblem
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors (conftest)
+
 SCALE = 32
 GLM5 = get_model("glm-5")
 SMALL = dataclasses.replace(GLM5, name="glm-5-scaled", hidden=GLM5.hidden // SCALE,
@@ -71,16 +73,6 @@ def _tensors(obj) -> list[torch.Tensor]:
     from fp4bench.measure.holdings import tensors_of
 
     return tensors_of(obj)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These tensors are small (1.5 M elements a layer): torch's intra-op threads cost more than
-    they save, and several times more on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture
