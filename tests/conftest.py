@@ -37,7 +37,7 @@ _pytest.pytester.SysModulesSnapshot = _KeepTorchModules
 #: test files that exercise torch's own API (tensor ops and dtypes, FP4 formats, aten ops such as
 #: ``_scaled_mm``, the profiler): marked ``torch_api``, the set the newest-torch CI leg runs
 TORCH_API = ("formats/", "backends/", "reference/", "measure/test_verify.py", "measure/test_kernels.py",
-             "measure/test_copies.py", "measure/test_fidelity.py", "workload/test_operands.py",
+             "measure/test_copies.py", "measure/test_holdings.py", "measure/test_fidelity.py", "workload/test_operands.py",
              "workload/test_operand_memory.py", "testing/test_slowdown.py", "test_simulated_blackwell.py")
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 
