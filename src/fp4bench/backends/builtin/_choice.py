@@ -14,6 +14,8 @@ log keeps the last answer per op as (runner index, tactic).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 #: the attribute a wrapped ``choose_one`` carries its log under (one log per tuner instance)
@@ -68,3 +70,26 @@ class ChoiceLog:
             raise RuntimeError(f"{what}: the call never asked FlashInfer's autotuner for {custom_op!r} "
                                f"(AutoTuner.choose_one); the library's dispatch changed")
         return self.last[custom_op]
+
+
+@contextlib.contextmanager
+def pinned(tuner: Any, custom_op: str, tactic: Any) -> Iterator[None]:
+    """Within the block, ``tuner`` answers ``custom_op`` with ``(runners[0], tactic)``: an explicit
+    tactic through an entry point that takes none, delivered the way the library delivers a cached
+    tuning result (the op's own launcher runs it). Other ops ask the tuner as before."""
+    had_own = "choose_one" in vars(tuner)
+    inner = tuner.choose_one
+
+    def choose_one(op: str, runners: list, tuning_config: Any, inputs: list, **kwargs: Any) -> Any:
+        if op == custom_op:
+            return runners[0], tactic
+        return inner(op, runners, tuning_config, inputs, **kwargs)
+
+    tuner.choose_one = choose_one
+    try:
+        yield
+    finally:
+        if had_own:
+            tuner.choose_one = inner
+        else:
+            del tuner.choose_one
