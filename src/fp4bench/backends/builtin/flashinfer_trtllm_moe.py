@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 import torch
 
 from fp4bench import formats
+from fp4bench.backends.jit_cache import unbuilt_reason
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic
 from fp4bench.backends.builtin import _gating
 from fp4bench.backends.builtin._choice import ChoiceLog, jsonable, pinned
@@ -169,8 +170,9 @@ class FlashInferTrtllmMoE(Backend):
         return why
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
-        if self.tuned:
-            return [DEFAULT_TACTIC]
+        info = _gating.device_info(device)
+        if self.tuned or (info is not None and unbuilt_reason(self.name, (info.major, info.minor))):
+            return [DEFAULT_TACTIC]  # listing would build the JIT module at collection; the case skips naming it
         assert isinstance(problem, MoEProblem)
         probe = torch.empty((problem.num_tokens, problem.hidden // 2), dtype=torch.uint8, device=device)
         pairs = [jsonable(t) for t in self._library().valid_tactics(problem, probe)]
