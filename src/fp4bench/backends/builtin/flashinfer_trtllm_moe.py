@@ -45,7 +45,7 @@ from fp4bench import formats
 from fp4bench.backends.jit_cache import unbuilt_reason
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic
 from fp4bench.backends.builtin import _gating
-from fp4bench.backends.builtin._choice import ChoiceLog, jsonable, pinned
+from fp4bench.backends.builtin._choice import ChoiceLog, pinned
 from fp4bench.backends.builtin._marshal import fp4_pair
 from fp4bench.backends.builtin._moe_api import swap_gate_up
 from fp4bench.reference.moe import routed_intermediate_amax
@@ -175,7 +175,8 @@ class FlashInferTrtllmMoE(Backend):
             return [DEFAULT_TACTIC]  # listing would build the JIT module at collection; the case skips naming it
         assert isinstance(problem, MoEProblem)
         probe = torch.empty((problem.num_tokens, problem.hidden // 2), dtype=torch.uint8, device=device)
-        pairs = [jsonable(t) for t in self._library().valid_tactics(problem, probe)]
+        # each a [tile_n, config] pair (a list, or the C++ query's array: read as ints either way)
+        pairs = [[int(v) for v in t] for t in self._library().valid_tactics(problem, probe)]
         return [DEFAULT_TACTIC] + [Tactic(tuple(p), f"tile{p[0]}-cfg{p[1]}") for p in pairs]
 
     # -- prepare / run -----------------------------------------------------------------
