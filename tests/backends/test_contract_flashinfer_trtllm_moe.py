@@ -5,6 +5,8 @@ the three output scales) and fails or diverges from ``reference_moe`` when the a
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -27,8 +29,10 @@ def _backend(cls=ftm.FlashInferTrtllmMoE, version="0.7.2.post1", **fake_kw):
     return cls(api=ftm.trtllm_moe_api(flashinfer, core, lambda: fake.tuner)), fake
 
 
+@functools.lru_cache(maxsize=None)
 def _ops(seed=0):
-    """A small problem on the 128-row tiles: 4 tokens, 4 experts, top-2, H = I = 128."""
+    """A small problem on the 128-row tiles: 4 tokens, 4 experts, top-2, H = I = 128 (made once per seed:
+    the adapter only reads the operands)."""
     return make_operands(moe_problem(t=4, e=4, k=2, h=128, i=128, seed=seed), "nvfp4", "nvfp4", seed=seed)
 
 
