@@ -63,7 +63,7 @@ def fp4_helpers():
 
 @pytest.fixture(scope="module")
 def runner(sm90):
-    from fp4bench.backends.builtin.flashinfer_moe import FlashInferMoEApi
+    from fp4bench.backends.builtin._moe_api import FlashInferMoEApi
 
     try:
         return FlashInferMoEApi().tactic_runner("90", torch.bfloat16, torch.uint8, 8, True)
@@ -73,7 +73,7 @@ def runner(sm90):
 
 
 def test_tactic_counts_match_the_derived_table(runner):
-    from fp4bench.backends.builtin.flashinfer_moe import sm90_w4a16_tactic_descriptions
+    from fp4bench.backends.builtin._sm90_moe_tactics import sm90_w4a16_tactic_descriptions
 
     n1, n2 = int(runner.get_gemm1_tactic_count()), int(runner.get_gemm2_tactic_count())
     assert n1 == n2 == len(sm90_w4a16_tactic_descriptions()) == 116
@@ -82,7 +82,7 @@ def test_tactic_counts_match_the_derived_table(runner):
 
 
 def test_interleave_models_equal_flashinfer(runner):
-    from fp4bench.backends.builtin.flashinfer_moe import FlashInferMoEApi
+    from fp4bench.backends.builtin._moe_api import FlashInferMoEApi
     from fp4bench.formats.sm90_interleave import sm90_interleave_fp4_weights, sm90_interleave_mxfp4_scales
 
     g = torch.Generator(device=DEV).manual_seed(3)

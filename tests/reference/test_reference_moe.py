@@ -145,3 +145,17 @@ def test_error_bound_covers_the_roundings_it_models() -> None:
     exact = reference_moe(ops, intermediate="fp32")
     assert bool(((exact - ref).abs() <= bound).all())
     assert float(bound.max()) < 0.25 * float(ref.abs().max())   # still far below an O(|ref|) bug
+
+
+def test_the_fused_nvfp4_intermediate_skips_only_the_bf16_store_of_gate_and_up() -> None:
+    """``nvfp4-fused`` (TRT-LLM-gen: SwiGLU on GEMM1's fp32 accumulators) differs from ``nvfp4`` only by
+    the E2M1 codes the bf16 store of gate and up moves, and needs the fc2 scale as ``nvfp4`` does."""
+    ops = make_operands(_problem(t=8, h=128, i=64), "nvfp4", "nvfp4", seed=4)
+    gs = formats.nvfp4_global_scale(routed_intermediate_amax(ops))
+    with pytest.raises(ValueError, match="intermediate='nvfp4-fused' needs fc2_act_global_scale"):
+        reference_moe(ops, intermediate="nvfp4-fused")
+    fused = reference_moe(ops, intermediate="nvfp4-fused", fc2_act_global_scale=gs)
+    stored = reference_moe(ops, intermediate="nvfp4", fc2_act_global_scale=gs)
+    assert not torch.equal(fused, stored)  # the bf16 store moves some E2M1 codes
+    cos = torch.nn.functional.cosine_similarity(fused.flatten(), stored.flatten(), dim=0)
+    assert float(cos) > 0.99  # a few flipped codes of one FP4 step, not another computation

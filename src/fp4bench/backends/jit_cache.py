@@ -48,6 +48,10 @@ def _quant(arch: str) -> tuple[str, tuple[str, ...], str]:
 #: ``mm_fp4(backend="trtllm")`` loads the TRT-LLM-gen GEMM module (its cubins; gemm/gemm_base.py
 #: ``get_trtllm_gemm_module``, flashinfer/jit/gemm/core.py:729 in both releases)
 _TRTLLM = ("TRT-LLM-gen GEMM", ("flashinfer-trtllm",), "flashinfer.jit.gemm.core:gen_trtllm_gen_gemm_module")
+#: the TRT-LLM-gen fused MoE loads ``fused_moe_trtllm_sm100`` on SM100/103 (fused_moe/core.py
+#: ``get_trtllm_moe_sm100_module``: ``enable_rubin`` only on SM107; flashinfer/jit/fused_moe.py:331 in 0.7.2.post1)
+_TRTLLM_MOE = ("TRT-LLM-gen fused MoE", ("flashinfer-trtllm-moe-nvfp4", "flashinfer-trtllm-moe-nvfp4-tuned"),
+               "flashinfer.jit.fused_moe:gen_trtllm_gen_fused_moe_sm100_module")
 _SM100 = [("fused MoE (SM100)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm100_module"),
           ("dense FP4 GEMM (SM100)", _DENSE, "flashinfer.jit.gemm.core:gen_gemm_sm100_module_cutlass_fp4")]
 _SM120 = [("fused MoE (SM120)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm120_module"),
@@ -55,8 +59,8 @@ _SM120 = [("fused MoE (SM120)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlas
 _SPECS: dict[tuple[int, int], list[tuple[str, tuple[str, ...], str]]] = {
     (9, 0): [("fused MoE (SM90)", ("flashinfer-cutlass-moe", "flashinfer-cutlass-moe-tuned"),
               "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm90_module")],
-    (10, 0): _SM100 + [_quant("100"), _TRTLLM],
-    (10, 3): [_quant("103"), _TRTLLM, ("fused MoE (SM103)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm103_module"),
+    (10, 0): _SM100 + [_quant("100"), _TRTLLM, _TRTLLM_MOE],
+    (10, 3): [_quant("103"), _TRTLLM, _TRTLLM_MOE, ("fused MoE (SM103)", _MOE_NVFP4, "flashinfer.jit.fused_moe:gen_cutlass_fused_moe_sm103_module"),
               ("dense FP4 GEMM (SM103)", _DENSE, "flashinfer.jit.gemm.core:gen_gemm_sm103_module_cutlass_fp4")],
     (11, 0): _SM100 + [_quant("110")],
     (12, 0): _SM120 + [_quant("120f")],

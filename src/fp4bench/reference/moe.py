@@ -16,6 +16,9 @@ the largest difference left between a correct kernel and the math:
     global scale (``fc2_act_global_scale``, the kernel-convention *encode* scale) before
     GEMM2. The kernel quantizes with fast-math reciprocals, so it may pick the neighbouring
     E2M1 code on near-ties: compare with an FP4-level tolerance.
+``intermediate="nvfp4-fused"`` (FlashInfer's TRT-LLM-gen NVFP4 fused MoE on SM100/103)
+    as "nvfp4", but GEMM1's fp32 accumulators go through the SwiGLU and the NVFP4
+    re-quantization in its epilogue without a bf16 store of gate and up.
 ``intermediate="fp32"``
     no intermediate rounding (the ideal math on the decoded operands).
 
@@ -38,8 +41,10 @@ from fp4bench import formats
 from fp4bench.workload.operands import Operands, dequantize
 from fp4bench.workload.problems import MoEProblem
 
-Intermediate = Literal["fp32", "bf16", "nvfp4"]
-INTERMEDIATES = ("fp32", "bf16", "nvfp4")
+Intermediate = Literal["fp32", "bf16", "nvfp4", "nvfp4-fused"]
+INTERMEDIATES = ("fp32", "bf16", "nvfp4", "nvfp4-fused")
+#: the intermediates re-quantized to NVFP4 with the fc2 activation global scale before GEMM2
+NVFP4_INTERMEDIATES = ("nvfp4", "nvfp4-fused")
 ACTIVATIONS = ("swiglu",)
 
 
@@ -77,8 +82,8 @@ def _check(ops: Operands, activation: str, intermediate: str,
         raise ValueError(f"reference_moe: unknown activation {activation!r}; supported: {ACTIVATIONS}")
     if intermediate not in INTERMEDIATES:
         raise ValueError(f"reference_moe: intermediate must be one of {INTERMEDIATES}, got {intermediate!r}")
-    if intermediate == "nvfp4" and fc2_act_global_scale is None:
-        raise ValueError("reference_moe: intermediate='nvfp4' needs fc2_act_global_scale "
+    if intermediate in NVFP4_INTERMEDIATES and fc2_act_global_scale is None:
+        raise ValueError(f"reference_moe: intermediate={intermediate!r} needs fc2_act_global_scale "
                          "(the encode global scale the kernel quantizes the GEMM2 input with)")
     if ops.topk_ids is None or ops.topk_weights is None or ops.w2 is None:
         raise ValueError("reference_moe: operands lack topk_ids / topk_weights / w2 (not MoE operands)")
@@ -110,7 +115,7 @@ def _swiglu_input(ops: Operands, x: torch.Tensor, e: int, tok_e: torch.Tensor, i
     inter = ops.problem.inter
     h = x[tok_e] @ decoded_expert_weight(ops.qw, ops.w, e).t()          # [n, 2I], fp32 accumulate
     gate, up = h[:, :inter], h[:, inter:]
-    if intermediate != "fp32":
+    if intermediate in ("bf16", "nvfp4"):
         gate, up = _bf16(gate), _bf16(up)                                # GEMM1 epilogue stores bf16
     return torch.nn.functional.silu(gate) * up                          # activation kernel, fp32
 
@@ -138,7 +143,7 @@ def reference_moe(
 
     ``intermediate`` says which rounding the kernel applies between and after the GEMMs
     (module docstring); ``fc2_act_global_scale`` (encode convention, scalar or ``[E]``) is
-    required for ``"nvfp4"``.
+    required for the NVFP4 intermediates.
     """
     _check(ops, activation, intermediate, fc2_act_global_scale)
     p: MoEProblem = ops.problem
@@ -147,7 +152,7 @@ def reference_moe(
     out = torch.zeros((p.num_tokens, p.hidden), dtype=torch.float32, device=device)
 
     gs2 = None
-    if intermediate == "nvfp4":
+    if intermediate in NVFP4_INTERMEDIATES:
         gs2 = torch.as_tensor(fc2_act_global_scale, dtype=torch.float32, device=device)
         if gs2.dim() > 1 or (gs2.dim() == 1 and gs2.numel() not in (1, p.num_experts)):
             raise ValueError(f"reference_moe: fc2_act_global_scale must be a scalar or [E={p.num_experts}], "
@@ -155,7 +160,7 @@ def reference_moe(
 
     for e, tok_e, wts_e in _routed_groups(ops):  # one matmul pair per active expert
         act = _swiglu_input(ops, x, e, tok_e, intermediate)
-        if intermediate == "nvfp4":
+        if intermediate in NVFP4_INTERMEDIATES:
             g = gs2 if gs2.dim() == 0 or gs2.numel() == 1 else gs2[e]
             act = dequantize(formats.nvfp4_quantize(act, global_scale=g.reshape(())))
         elif intermediate == "bf16":
@@ -172,7 +177,7 @@ def reference_moe(
 #: ulp (2^-8 relative), the gate's through silu (|g*silu'(g)/silu(g)| <= 1.1): 2^-8 * 4.1 < 2^-6;
 #: NVFP4 path -- one E2M1 step of the re-quantized activation (at most 1/3 of the block max
 #: over 2, i.e. 2/6 relative to the block amax): 1/3; fp32: only the summation-order term.
-_FLIP = {"bf16": 2.0 ** -6, "nvfp4": 1.0 / 3.0, "fp32": 0.0}
+_FLIP = {"bf16": 2.0 ** -6, "nvfp4": 1.0 / 3.0, "nvfp4-fused": 1.0 / 3.0, "fp32": 0.0}
 
 
 def moe_error_bound(ops: Operands, ref: torch.Tensor, intermediate: Intermediate = "bf16",

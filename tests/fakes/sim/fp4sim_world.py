@@ -32,6 +32,7 @@ from fakes.decode import Misread
 from fakes.flashinfer import SM100_CONFIGS, SM120_CONFIGS, FakeFlashInfer
 from fakes.flashinfer_mm_fp4 import FakeAutoTuner, FakeMmFp4
 from fakes.flashinfer_moe import FakeFusedMoE
+from fakes.flashinfer_trtllm_moe import FakeTrtllmMoE
 from fakes.quantize import ISSUE_3398_M, FakeQuantizer
 from fakes.sgl_kernel import FakeSglKernel
 from fakes.torch_scaled_mm import FakeTorchScaledMM
@@ -100,6 +101,11 @@ MOE = FakeFusedMoE(
     failing={FAILING_TACTIC: "can_implement"} if FAULT == "can_implement" else {},
     fault={"gate_up_swapped": "gate_first", "unswizzled_scales": "scales_linear", "wrong_alpha": "ignore_global",
            "arg_check": "arg_check"}.get(FAULT))
+#: the TRT-LLM-gen fused MoE (``trtllm_fp4_block_scale_routed_moe``), asking the same tuner
+TRTLLM_MOE = FakeTrtllmMoE(
+    version=FLASHINFER, tuner=TUNER, tuner_fault=_TUNER_FAULT, call_s=CALL_S,
+    fault={"gate_up_swapped": "gate_first", "unswizzled_scales": "scales_linear",
+           "wrong_alpha": "ignore_global"}.get(FAULT))
 SGL = FakeSglKernel(sm=120 if GPU.major == 12 else 100, misread=_MIS)
 TORCH = FakeTorchScaledMM(misread=_MIS)
 #: FlashInfer's activation quantizers (``quant_zero_scales``: FlashInfer #3398) and sgl_kernel's
@@ -110,4 +116,4 @@ SGL_QUANT = FakeQuantizer(stale_padding=0x5A)  # sgl_kernel leaves its scale pad
 
 def launched() -> list[str]:
     """Kernel names launched so far by every fake (the simulated profiler's view)."""
-    return DENSE.kernels + MOE.kernels + QUANT.kernels + SGL_QUANT.kernels
+    return DENSE.kernels + MOE.kernels + TRTLLM_MOE.kernels + QUANT.kernels + SGL_QUANT.kernels

@@ -14,6 +14,8 @@ log keeps the last answer per op as (runner index, tactic).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: the attribute a wrapped ``choose_one`` carries its log under (one log per tuner instance)
@@ -68,3 +70,56 @@ class ChoiceLog:
             raise RuntimeError(f"{what}: the call never asked FlashInfer's autotuner for {custom_op!r} "
                                f"(AutoTuner.choose_one); the library's dispatch changed")
         return self.last[custom_op]
+
+
+@contextlib.contextmanager
+def _answering(tuner: Any, custom_op: str, answer: Callable[[list, list], Any]) -> Iterator[None]:
+    """Within the block, ``tuner.choose_one`` answers ``custom_op`` with ``answer(runners, inputs)``
+    and asks the tuner as before for every other op; afterwards the tuner is as it was."""
+    had_own = "choose_one" in vars(tuner)
+    inner = tuner.choose_one
+
+    def choose_one(op: str, runners: list, tuning_config: Any, inputs: list, **kwargs: Any) -> Any:
+        if op == custom_op:
+            return answer(runners, inputs)
+        return inner(op, runners, tuning_config, inputs, **kwargs)
+
+    tuner.choose_one = choose_one
+    try:
+        yield
+    finally:
+        if had_own:
+            tuner.choose_one = inner
+        else:
+            del tuner.choose_one
+
+
+@contextlib.contextmanager
+def pinned(tuner: Any, custom_op: str, tactic: Any) -> Iterator[None]:
+    """Within the block, ``tuner`` answers ``custom_op`` with ``(runners[0], tactic)``: an explicit
+    tactic through an entry point that takes none, delivered the way the library delivers a cached
+    tuning result (the op's own launcher runs it); the tuner's ``ChoiceLog`` records it."""
+    log = getattr(tuner.choose_one, _LOG_ATTR, None)
+
+    def answer(runners: list, inputs: list) -> Any:
+        if log is not None:
+            log.last[custom_op] = (0, jsonable(tactic))
+        return runners[0], tactic
+
+    with _answering(tuner, custom_op, answer):
+        yield
+
+
+@contextlib.contextmanager
+def captured(tuner: Any, custom_op: str) -> Iterator[dict[str, Any]]:
+    """Within the block, ``tuner`` answers ``custom_op`` with ``(runners[0], -1)`` (the library's
+    default tactic) and the yielded dict keeps that call's ``runners`` and ``inputs``: what a
+    runner's ``get_valid_tactics(inputs, profile)`` enumerates from."""
+    got: dict[str, Any] = {}
+
+    def answer(runners: list, inputs: list) -> Any:
+        got.update(runners=list(runners), inputs=list(inputs))
+        return runners[0], -1
+
+    with _answering(tuner, custom_op, answer):
+        yield got

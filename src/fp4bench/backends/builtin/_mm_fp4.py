@@ -25,6 +25,13 @@ cutlass, cudnn, cute-dsl). Where FlashInfer found the CuTe DSL, ``cutedsl_low_la
 on SM100/103/107 for M <= 8 and K % 64 == 0. ``auto_reason`` repeats that rule so an availability
 line says which order applies here.
 
+Tactics: ``mm_fp4`` takes none, but each backend's runner lists its own (``get_valid_tactics(inputs,
+profile)``: CUTLASS config indices, cuDNN execution plans, the TRT-LLM-gen GEMM's configs, the CuTe DSL
+backends' tile tuples). An explicit backend's ``tactics`` makes one untimed call on all-zero operands
+of the problem's shapes with the tuner answering the default (``_choice.captured``), asks that call's
+runner for its list, and each listed tactic becomes a row (``--fp4-tactics all``) whose calls the tuner
+answers with it (``_choice.pinned``), as it answers a cached tuning result.
+
 Library access goes through ``MmFp4API`` (CPU tests hand the adapters a fake).
 """
 
@@ -41,7 +48,7 @@ from fp4bench import formats
 from fp4bench.backends.alignment import CUTLASS_FP4_SM100
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic
 from fp4bench.backends.builtin import _gating
-from fp4bench.backends.builtin._choice import ChoiceLog
+from fp4bench.backends.builtin._choice import ChoiceLog, captured, jsonable, pinned
 from fp4bench.backends.builtin._marshal import fp4_pair, nvfp4_alpha
 from fp4bench.workload.operands import Operands
 from fp4bench.workload.problems import GemmProblem, Problem
@@ -137,6 +144,41 @@ def nvfp4_inputs(problem: GemmProblem, operands: Operands, device: torch.device,
     }
 
 
+def probe_operands(problem: GemmProblem, device: torch.device) -> Operands:
+    """All-zero NVFP4 operands of ``problem``'s shapes (what tactic enumeration calls the library with:
+    a runner lists its tactics from shapes and dtypes, never from values)."""
+    m, n, k = problem.m, problem.n, problem.k
+
+    def zeros(rows: int) -> formats.NVFP4:
+        return formats.NVFP4(data=torch.zeros((rows, k // 2), dtype=torch.uint8, device=device),
+                             scales=torch.zeros((rows, k // 16), dtype=torch.uint8, device=device
+                                                ).view(torch.float8_e4m3fn),
+                             global_scale=torch.ones((), dtype=torch.float32, device=device))
+
+    empty = torch.empty((0,), dtype=torch.bfloat16, device=device)
+    return Operands(problem, "nvfp4", "nvfp4", empty, empty, qa=zeros(m), qw=zeros(n))
+
+
+class ShapeProfile:
+    """What a runner's ``get_valid_tactics(inputs, profile)`` reads of the autotuner's
+    ``OptimizationProfile``: ``get_opt_shapes()``, here the call's own shapes (the TRT-LLM-gen runner
+    reads A's and B's, gemm_base.py ``TrtllmGemmRunner.get_valid_tactics``; the others read ``inputs``)."""
+
+    def __init__(self, inputs: list[Any]) -> None:
+        self._shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in inputs]
+
+    def get_opt_shapes(self) -> list[tuple[int, ...] | None]:
+        return self._shapes
+
+
+def tactic_label(tactic: Any) -> str:
+    """A stable row label for a runner's tactic (an int or a tuple of ints / names): ``t3``, ``t128-64-1``."""
+    def flat(v: Any) -> list[str]:
+        return [x for item in v for x in flat(item)] if isinstance(v, list) else [str(v)]
+
+    return "t" + "-".join(flat(jsonable(tactic)))
+
+
 def cuda_major(version: str) -> int:
     return Version(str(version)).major
 
@@ -157,7 +199,8 @@ def auto_reason(lib: MmFp4API, info: _gating.DeviceInfo) -> str:
 
 
 class MmFp4Backend(Backend):
-    """One ``mm_fp4`` backend (``library_backend``), the library's default tactic (-1)."""
+    """One ``mm_fp4`` backend (``library_backend``): the library's default tactic (-1), and for an explicit
+    backend each tactic its runner lists (``--fp4-tactics all``)."""
 
     kinds = frozenset({"dense"})
     act_format = "nvfp4"
@@ -214,7 +257,19 @@ class MmFp4Backend(Backend):
         return f"flashinfer {lib.version} on {info.describe()}"
 
     def tactics(self, problem: Problem, device: torch.device) -> list[Tactic]:
-        return [DEFAULT_TACTIC]
+        """The library's default, then (explicit backends) each tactic the backend's runner lists for
+        this shape (``get_valid_tactics``), asked on one untimed call with all-zero operands."""
+        if self.library_backend == "auto" or self.tuned:
+            return [DEFAULT_TACTIC]
+        assert isinstance(problem, GemmProblem)
+        lib, device = self._library(), torch.device(device)
+        args = self.inputs(problem, probe_operands(problem, device), device)
+        with captured(lib.tuner(), FP4_GEMM_OP) as got:
+            lib.mm_fp4(out_dtype=torch.bfloat16, block_size=16, backend=self.library_backend, **args)
+        if not got:
+            raise RuntimeError(f"{self.name}: mm_fp4 never asked FlashInfer's autotuner for {FP4_GEMM_OP!r}")
+        listed = got["runners"][0].get_valid_tactics(got["inputs"], ShapeProfile(got["inputs"]))
+        return [DEFAULT_TACTIC] + [Tactic(t, tactic_label(t)) for t in listed]
 
     def prepare(self, problem: Problem, operands: Operands, device: torch.device) -> Prepared:
         why = self.unsupported_reason(problem)
@@ -241,6 +296,9 @@ class MmFp4Backend(Backend):
                     **prepared.args["call"])
         if self.tuned:
             lib.mm_fp4(**call)
+        elif tactic.value is not None:  # one of the runner's tactics, answered by the tuner for this op
+            with pinned(lib.tuner(), FP4_GEMM_OP, tactic.value):
+                lib.mm_fp4(**call)
         else:  # what a caller that never tuned gets, whatever another row cached for this shape
             with lib.autotune(False, skip_ops={FP4_GEMM_OP}):
                 lib.mm_fp4(**call)

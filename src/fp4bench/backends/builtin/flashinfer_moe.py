@@ -36,7 +36,7 @@ A tactic the autotuner would never try (zero occupancy; for W4A16 also one
 ``get_valid_tactics_for_shape`` marks invalid for the shape: ``MoERunner.get_valid_tactics``) or
 that raises at initialization raises ``TacticUnsupported``.
 
-All library calls go through ``FlashInferMoEApi`` (constructor ``api=``): CPU contract tests
+All library calls go through ``_moe_api.FlashInferMoEApi`` (constructor ``api=``): CPU contract tests
 substitute a fake that decodes the arguments in the library's layout. Imports are lazy. This
 adapter never calls FlashInfer's FP4 quantize helpers (they return uninitialized memory on
 SM90: the kernel body is ``#if __CUDA_ARCH__ >= 1000``): operands are quantized by ``fp4bench.formats``.
@@ -44,8 +44,6 @@ SM90: the kernel body is ``#if __CUDA_ARCH__ >= 1000``): operands are quantized 
 
 from __future__ import annotations
 
-import inspect
-import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -55,6 +53,8 @@ from fp4bench import formats
 from fp4bench.backends.builtin import _numerics_env as numerics_env
 from fp4bench.backends.builtin import _gating
 from fp4bench.backends.builtin._marshal import fp4_pair
+from fp4bench.backends.builtin._moe_api import TACTIC_FAILURES, FlashInferMoEApi, swap_gate_up
+from fp4bench.backends.builtin._sm90_moe_tactics import sm90_w4a16_tactic_descriptions
 from fp4bench.backends._errors import tactic_failure
 from fp4bench.backends.alignment import FLASHINFER_MXFP4_PAD
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic, TacticUnsupported
@@ -62,130 +62,7 @@ from fp4bench.workload.operands import Operands
 from fp4bench.workload.problems import MoEProblem, Problem
 from fp4bench.reference.moe import routed_intermediate_amax
 
-MXFP4_GROUP = 32
 DEFAULT = -1
-#: Errors the fused-MoE GEMM launchers raise for one tactic (config) that cannot run this
-#: problem: a per-tactic outcome. TensorRT-LLM checks in FlashInfer 0.7.2.post1
-#: csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/launchers/
-#: moe_gemm_tma_ws_launcher.inl:755-773, moe_gemm_tma_ws_mixed_input_launcher.inl:393-415 and
-#: moe_gemm/moe_gemm_template_dispatch.h:205-215. Anything else -- notably TVM-FFI's
-#: ``Check failed: ...`` argument checks of flashinfer_cutlass_fused_moe_binding.cu, which
-#: also arrive as RuntimeError -- is not a tactic property and propagates as an error.
-TACTIC_FAILURES = (
-    "Grouped GEMM kernel will fail for params",
-    "Failed to initialize cutlass TMA WS grouped gemm",
-    "Failed to run cutlass TMA WS grouped gemm",
-    "mixed dtype WS grouped cutlass kernel will fail for params",
-    "Failed to initialize cutlass mixed dtype WS grouped gemm",
-    "Failed to run cutlass mixed dtype WS grouped gemm",
-    "MoE FC kernel will fail for params",
-    "Failed to initialize cutlass grouped gemm",
-    "Failed to run cutlass grouped gemm",
-    "Configuration was disabled by FAST_BUILD",
-)
-
-
-class FlashInferMoEApi:
-    """The FlashInfer calls this adapter makes, in one replaceable place (lazy imports)."""
-
-    def version(self) -> str:
-        import flashinfer
-
-        return str(flashinfer.__version__)
-
-    def device_arch(self, device: torch.device) -> str:
-        """FlashInfer's module key for ``device`` ("90", "100", "120", ...)."""
-        info = _gating.device_info(device)
-        if info is None:
-            raise RuntimeError(f"flashinfer fused MoE: {device} is not a CUDA device ({_gating.NO_CUDA})")
-        return str(info.sm)
-
-    def cutlass_fused_moe(self, **kwargs: Any) -> Any:
-        from flashinfer.fused_moe import cutlass_fused_moe
-
-        return cutlass_fused_moe(**kwargs)
-
-    def accepts(self, keyword: str) -> bool:
-        """Whether the installed ``cutlass_fused_moe`` takes ``keyword`` (its signature, not its version)."""
-        from flashinfer.fused_moe import cutlass_fused_moe
-
-        return keyword in inspect.signature(cutlass_fused_moe).parameters
-
-    def autotune(self, tune_mode: bool = True) -> Any:
-        """``flashinfer.autotune(tune_mode)``: the context under which calls without ``profile_ids`` tune."""
-        import flashinfer
-
-        return flashinfer.autotune(tune_mode)
-
-    def tuner(self) -> Any:
-        """``AutoTuner.get()``: the process-wide tuner ``cutlass_fused_moe`` asks for its tactics."""
-        from flashinfer.autotuner import AutoTuner
-
-        return AutoTuner.get()
-
-    def workspace_size(self, **kwargs: Any) -> int:
-        from flashinfer.fused_moe import cutlass_fused_moe_workspace_size
-
-        return int(cutlass_fused_moe_workspace_size(**kwargs))
-
-    def interleave_weights(self, w: torch.Tensor) -> torch.Tensor:
-        from flashinfer.fused_moe import interleave_moe_weights_for_sm90_mixed_gemm
-
-        return interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")
-
-    def interleave_scales(self, s: torch.Tensor) -> torch.Tensor:
-        from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
-
-        return interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=MXFP4_GROUP)
-
-    def tactic_runner(self, arch: str, x_dtype: torch.dtype, weight_dtype: torch.dtype,
-                      top_k: int, use_w4_group_scaling: bool) -> Any:
-        """The C++ ``fused_moe_runner`` (tactic counts, occupancy, shape validity)."""
-        from flashinfer.fused_moe.core import ActivationType, get_cutlass_fused_moe_module
-
-        r = get_cutlass_fused_moe_module(arch).MoERunner(
-            x_dtype=x_dtype, weight_dtype=weight_dtype, output_dtype=torch.bfloat16, top_k=top_k,
-            tp_size=1, tp_rank=0, ep_size=1, ep_rank=0, cluster_size=1, cluster_rank=0,
-            enable_alltoall=False, use_deepseek_fp8_block_scale=False,
-            use_w4_group_scaling=use_w4_group_scaling, use_mxfp8_act_scaling=False,
-            min_latency_mode=False, enable_pdl=False, activation_type=ActivationType.Swiglu,
-            use_packed_weights=False, use_fused_finalize=False, use_wfp4afp8_humming=False)
-        return r.fused_moe_runner
-
-
-# --- SM90 W4A16 tactic table (derived, for labels) ---------------------------------------
-# cutlass_heuristic.cpp get_candidate_tiles_sm90(GROUPED_GEMM | WEIGHT_ONLY) lists these CTA
-# tiles (M x N x K, K in bytes as the C++ enum names it); get_candidate_configs_sm90 gives each
-# cluster 1x1, 2x1, 1x2, 2x2 with the cooperative mainloop where sm90_supports_coop() else
-# ping-pong; getTmaWarpSpecializedConfigs keeps only the swap_ab copies for mixed input. Used
-# only when the runner reports exactly this many tactics per GEMM (checked on the H200).
-_SM90_W4A16_TILES = (
-    [(64, n, k) for n in (16, 32, 64, 128) for k in (128, 256, 512)]
-    + [(128, n, k) for n in (16, 32, 64, 128) for k in (128, 256, 512)]
-    + [(128, 256, 128), (128, 256, 256), (256, 128, 128), (256, 128, 256), (256, 256, 128)]
-)
-_SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2))
-
-
-def _sm90_coop(m: int, n: int, k: int) -> bool:
-    if m == 128 and n in (16, 32, 64):
-        return k in (128, 256, 512)
-    if m == 128 and n in (128, 256) or m == 256 and n == 128:
-        return k in (128, 256)
-    return m == 256 and n == 256 and k == 128
-
-
-def sm90_w4a16_tactic_descriptions() -> list[str]:
-    """One label per SM90 W4A16 tactic, in the runner's order (derived from the C++ source)."""
-    out = []
-    for (m, n, k), (cm, cn) in itertools.product(_SM90_W4A16_TILES, _SM90_CLUSTERS):
-        out.append(f"{m}x{n}x{k}B_c{cm}x{cn}_{'coop' if _sm90_coop(m, n, k) else 'pingpong'}_swapab")
-    return out
-
-
-def swap_gate_up(t: torch.Tensor, inter: int) -> torch.Tensor:
-    """``[E, 2I, ...]`` gate-first (our operands) <-> up-first (FlashInfer's fc1 order)."""
-    return torch.cat([t[:, inter:], t[:, :inter]], dim=1).contiguous()
 
 
 # --- the backends ------------------------------------------------------------------------

@@ -11,3 +11,4 @@ autotune = TUNER.tuning
 
 from fakes.flashinfer_mm_fp4 import shuffle_matrix_a, shuffle_matrix_sf_a  # noqa: E402,F401
 from flashinfer.fp4_quantization import SfLayout, fp4_quantize, nvfp4_quantize  # noqa: E402,F401
+from fakes.flashinfer_trtllm_moe import nvfp4_block_scale_interleave  # noqa: E402,F401
