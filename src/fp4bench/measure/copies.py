@@ -20,7 +20,7 @@ Bounded by ``MAX_COPIES`` and by a device-memory budget: ``MEMORY_FRACTION`` of 
 *total* memory divided by the bytes of one copy. Total, never free, memory: every process on
 one GPU (``fp4bench ab``'s two sides, a run and its baseline's run) computes the same count for
 the same case, whatever else holds memory at that moment. The bytes of one copy are those a
-copy clones (``case.copy_bytes``: the tensors a backend of the case's formats reads): the same
+copy clones (``run.operand_copies.copy_bytes``: the tensors a backend of the case's formats reads): the same
 in every process that draws the same operands. 40 %: GLM-5's bf16 grouped layer holds all 256
 experts' weights (12 GiB a copy), and 4 copies of it need 48 GiB, 34 % of an H200's 139.8 GiB;
 a quarter would leave that row at 2 copies.
