@@ -4,10 +4,14 @@ Per benchmark, every process first checks correctness (prepare + verify: FlashIn
 are built and loaded here, never inside a measurement) and reports a digest of its operand
 bytes, which must be the same in every process. Each process then captures the case once and
 replays the capture in every round (``worker.child.Child.time``; the rounds: ``ab.rounds``).
-Device memory: the first process to capture a benchmark reports its memory peak and the GPU's
-free memory (``worker.child.device_memory``), which sizes the turns (``ab.schedule``). Between
-benchmarks of different problems every process releases its cached operands and references, so
-an idle process holds only its CUDA context.
+Device memory: the first process to check and capture a benchmark reports the memory peak of
+each step and the GPU's free memory after its capture (``worker.child.device_memory``); the
+larger peak sizes the turns (``ab.schedule``): a later process checks beside the earlier ones'
+captures. Between benchmarks of one problem the processes keep their cached operands (the next
+benchmark reuses them); between benchmarks of different problems every process releases them, so
+an idle process holds only its CUDA context. A check or capture that runs out of memory while
+other processes hold memory runs once more after every other process released (``_fitting``);
+out of memory alone on the GPU, the benchmark is out of memory.
 """
 
 from __future__ import annotations
