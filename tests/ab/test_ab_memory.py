@@ -147,3 +147,21 @@ def test_a_check_that_does_not_fit_alone_is_out_of_memory_naming_the_memory():
         assert "wrong output" not in v.reason
     code, line = outcome(run, result)
     assert code == EXIT_INCOMPLETE and f"2 PASS, 2 AMBIGUOUS; 2 not judged (2 {OUT_OF_MEMORY})" in line, line
+
+
+def test_a_later_process_that_runs_out_beside_the_others_reruns_alone_and_the_benchmark_goes_on_in_turns():
+    """A's processes need 10 GiB, B's 30 GiB, and A1 captures first: sized on its 10 GiB all six
+    would fit, but A2 runs out beside A1, B1 and B2 (70 GiB held). Alone it fits; the plan did
+    not hold, so the benchmark goes on in turns sized on the largest peak seen (B's 30 GiB) and
+    never more processes at once than held it when A2 ran out: one slot a turn, the released
+    processes capturing again in their turn. No other allocation fails, and it is judged."""
+    gpu = GpuMemory(CARD, {"A": 10 * GIB, "B": 30 * GIB})
+    lines: list[str] = []
+    run, result = _run(gpu, lines)
+    first = run.pairs[0]
+    assert len(gpu.out_of_memory) == 1 and "Tried to allocate 10.00 GiB" in gpu.out_of_memory[0]
+    assert sum("out of memory in its check beside 3 processes holding memory; once more" in x for x in lines) == 1
+    assert first.memory["peak"] == 30 * GIB and first.capacity == 3
+    assert len(first.turns) == 3 and all(len(t) == 2 for t in first.turns)
+    assert all(p.status == "measured" for p in first.parts) and len(first.parts) == 6
+    assert [(v.status, v.kind) for v in result.verdicts] == [(Status.PASS, "timing")] * 2

@@ -124,29 +124,30 @@ class BenchmarkSteps(Rounds):
 
     def _all_at_once(self, pair: Paired, order: list[str], name: str, entries: dict, parts: dict[str, ProcPart],
                      res: dict[str, SideResult], where: str, first: str) -> list:
-        """The other processes check and capture one after another, every capture kept. One whose
-        check or capture did not fit beside the others ran again alone (``_fitting``): its figure,
-        taken then, replaces the plan's; when it says the processes cannot all fit, the benchmark
-        goes on in turns (returned, with nothing held), else the processes the retry released
-        capture again in allocation order. Returns the turns (one: all at once)."""
+        """The other processes check and capture one after another, every capture kept; the turns
+        to go on with (one: all at once). One whose check or capture did not fit beside the others
+        ran again alone (``_fitting``): the plan did not hold, so the benchmark goes on in turns
+        (nothing held), sized on the largest peak seen so far and the free memory beside that
+        process alone, and never more processes a turn than held the benchmark when it ran out."""
+        figures = [pair.memory]
         for pid in order[1:]:
             if pid not in self.workers or res[self.info[pid].side].status == FAILED:
                 continue  # lost, or one failed check per side is enough
             if any(res[s].status == OUT_OF_MEMORY for s in SIDES):
                 break
-            retried = self._retried
+            retried, beside = self._retried, sum(1 for p in parts.values() if p.status == "measured")
             figure = self._join(pid, name, entries, parts, res, where)
-            if self._retried == retried or figure is None:
+            figures.append(figure)
+            if self._retried == retried:
                 continue
-            pair.memory = larger_peak(figure, pair.memory)
-            pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
-            groups = turns(self._slot_tuples(), pair.capacity, first)
-            if len(groups) > 1:
-                self._drop(pid, name, release=True)
-                return groups
-        for pid in order:
-            if pid in parts and parts[pid].status == "measured" and pid in self.workers and pid not in self._holding:
-                self._recapture(pid, name, entries, parts, res, where)
+            for f in figures:
+                pair.memory = larger_peak(pair.memory, f)
+            pair.memory = larger_peak(figure, pair.memory)  # the free memory beside it alone
+            fit = resident_capacity(pair.memory, self.cfg.max_resident)
+            pair.capacity = max(1, min(beside, fit if fit is not None else beside))
+            for p in self._held(parts):
+                self._drop(p, name, release=True)
+            return turns(self._slot_tuples(), pair.capacity, first)
         return turns(self._slot_tuples(), None)
 
     def _fitting(self, pid: str, msg: dict[str, Any], what: str, name: str, where: str) -> dict[str, Any]:
