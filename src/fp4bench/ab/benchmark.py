@@ -155,10 +155,11 @@ class BenchmarkSteps(Rounds):
         processes hold memory (what they cached of earlier benchmarks of this problem, their
         captures of this one), every other process releases, the GPU's free memory is read (the
         memory report) and ``msg`` is sent once more: out of memory then, alone on the GPU, it is
-        the benchmark's out of memory, its reason naming that free memory."""
+        the benchmark's out of memory, its reason naming that free memory. Not during rounds
+        (``_no_release``): the others' captures are being replayed."""
         reply = self._ask(pid, msg, what)
         others = [p for p in self.workers if p != pid and p in self._holding]
-        if reply.get("status") != OUT_OF_MEMORY or not others:
+        if reply.get("status") != OUT_OF_MEMORY or not others or self._no_release:
             return reply
         for p in others:
             self._drop(p, name, release=True)

@@ -56,7 +56,17 @@ class Rounds:
     def _rounds(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
                 res: dict[str, SideResult], where: str, index: int, remaining: int, t_start: float,
                 extra: list[str]) -> None:
-        """Rounds over every live process until the rule decides or the budget is spent."""
+        """Rounds over every live process until the rule decides or the budget is spent. A process
+        that joins meanwhile (a replacement, an added pair) never makes the others release the
+        captures their rounds replay (``_fitting``)."""
+        self._no_release = True
+        try:
+            self._all_rounds(pair, name, entries, parts, res, where, remaining, t_start, extra)
+        finally:
+            self._no_release = False
+
+    def _all_rounds(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
+                    res: dict[str, SideResult], where: str, remaining: int, t_start: float, extra: list[str]) -> None:
         cfg = self.cfg
         r, t_base = 0, 0.0
         while True:
@@ -124,13 +134,17 @@ class Rounds:
                 if halted(pair, res):
                     return
                 turn: list[str] = []
-                for _ in range(n):
-                    order = [p for p in round_order(slots, r) if p in parts and parts[p].status == "measured"]
-                    for pid in order:
-                        self._round(pid, r, name, entries, parts, res, where)
-                    pair.order.append(order)
-                    turn += [p for p in order if p not in turn]
-                    r += 1
+                self._no_release = True  # as in ``_rounds``: a replacement leaves the turn's captures
+                try:
+                    for _ in range(n):
+                        order = [p for p in round_order(slots, r) if p in parts and parts[p].status == "measured"]
+                        for pid in order:
+                            self._round(pid, r, name, entries, parts, res, where)
+                        pair.order.append(order)
+                        turn += [p for p in order if p not in turn]
+                        r += 1
+                finally:
+                    self._no_release = False
                 if passes == 0:
                     pair.turns.append(turn)
                 for pid in self._held(parts):

@@ -73,6 +73,8 @@ class AbRunner(BenchmarkSteps):
         self._holding: set[str] = set()
         #: checks and captures sent again after every other process released (``_fitting``)
         self._retried = 0
+        #: during rounds: no retry makes the other processes release (``_fitting``)
+        self._no_release = False
         self._serial = {s: 0 for s in SIDES}
         self._t0 = clock.now()
         self._base_costs: list[float] = []
