@@ -8,6 +8,7 @@ both sides' memory figures), never a wrong output, a FAIL, a PASS or "fixed on B
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -32,12 +33,12 @@ A = Side(sys.executable, {inproc.SIDE_ENV: "A"})
 B = Side(sys.executable, {inproc.SIDE_ENV: "B"})
 
 
-def _run(gpu: GpuMemory, lines: list[str] | None = None, **behaviour):
-    cfg = AbConfig(sweep=SWEEP, device="cpu", replicates=3, rounds=4, max_rounds=8, round_samples=4,
+def _run(gpu: GpuMemory, lines: list[str] | None = None, sweep: SweepOptions = SWEEP, select=None, **behaviour):
+    cfg = AbConfig(sweep=sweep, device="cpu", replicates=3, rounds=4, max_rounds=8, round_samples=4,
                    plugins=(inproc.PLUGIN, gpu_memory.__name__), settings=RuleSettings(floor=0.03))
     sides = {s: gpu.behaviour(s, call_s=1e-3, process_sd=0.002, call_sd=0.002, **behaviour.get(s, {})) for s in "AB"}
     with inproc.workers(sides, seed=1):
-        run = AbRunner(A, B, cfg, progress=(lines if lines is not None else []).append).run()
+        run = AbRunner(A, B, cfg, progress=(lines if lines is not None else []).append).run(select=select)
     return run, judge(run, Policy(floor=0.03))
 
 
@@ -92,3 +93,81 @@ def test_a_case_that_does_not_fit_on_one_side_is_out_of_memory_with_both_figures
     code, line = outcome(run, result)
     assert code == EXIT_INCOMPLETE and f"2 not judged: 2 {OUT_OF_MEMORY}" in line, line
     assert "out of memory" in report(run, result)
+
+
+# --- the check step: what it needs beside what the other processes hold ----------------------------
+
+#: two tactics of each problem: their benchmarks follow each other, the processes keep what they
+#: cached of the first (the same operands) for the second; "tuned" checks like the autotuned MoE
+#: row, whose autotuner needs profiling workspaces beyond what its capture holds
+TWO = dataclasses.replace(SWEEP, tactics="all")
+TACTICS = {"tactics": ("plain", "tuned")}
+
+
+def _down(names, by_side):
+    """The benchmarks of one problem (GLM-5's shared expert down projection, the cheaper check)."""
+    return [n for n in names if "shared_down" in n]
+
+
+def test_a_check_that_peaks_above_its_capture_beside_held_memory_is_retried_alone_and_sized_on_its_peak():
+    """The H100 run: 6 processes hold 10 GiB each of the plain row (all at once), kept for the
+    tuned row of the same problem, whose check needs 24 GiB more. The first process's check runs
+    out beside them (19.2 GiB free); every other process releases and it checks alone. The plan
+    is then sized on the check's 34 GiB, not the capture's 10 GiB: two processes a turn, and no
+    check runs out again (sized on the capture, all six would check at once and the sixth would
+    run out beside five captures)."""
+    gpu = GpuMemory(CARD, {"A": 10 * GIB, "B": 10 * GIB}, check_extra={"tuned": 24 * GIB})
+    lines: list[str] = []
+    run, result = _run(gpu, lines, sweep=TWO, select=_down, A=TACTICS, B=TACTICS)
+    tuned = [p for p in run.pairs if "tuned" in p.name]
+    plain = [p for p in run.pairs if "plain" in p.name]
+    assert len(tuned) == len(plain) == 1 and run.pairs == plain + tuned
+    assert all(not p.turns and p.capacity == 7 and p.memory["peak"] == 10 * GIB for p in plain)  # all at once
+    for p in tuned:
+        assert p.memory["peak"] == 34 * GIB and p.capacity == 2, p.memory  # the check's peak sizes the turns
+        assert len(p.turns) == 3 and all(len(t) == 2 for t in p.turns)
+    # one out-of-memory: the tuned row's first check beside the plain row's memory, none after
+    assert len(gpu.out_of_memory) == 1 and "Tried to allocate 24.00 GiB" in gpu.out_of_memory[0]
+    assert sum("once more with every other process released (79.2 of 79.2 GiB free)" in x for x in lines) == 1
+    assert [(v.status, v.kind) for v in result.verdicts] == [(Status.PASS, "timing")] * 2
+    assert outcome(run, result)[0] == 0
+
+
+def test_a_check_that_does_not_fit_alone_is_out_of_memory_naming_the_memory():
+    """The tuned row's check needs 90 GiB: it runs out beside the others, again alone: the
+    benchmark is out of memory (not judged, INCOMPLETE) with the memory named; the plain rows
+    are judged."""
+    gpu = GpuMemory(CARD, {"A": 10 * GIB, "B": 10 * GIB}, check_extra={"tuned": 80 * GIB})
+    run, result = _run(gpu, sweep=TWO, select=_down, A=TACTICS, B=TACTICS)
+    assert len(run.pairs) == 2
+    by_name = {v.name: v for v in result.verdicts}
+    for p in run.pairs:
+        v = by_name[p.name]
+        if "plain" in p.name:
+            assert (v.status, v.kind) == (Status.PASS, "timing"), v
+            continue
+        assert (v.status, v.kind, v.undecided) == (Status.AMBIGUOUS, OUT_OF_MEMORY, True), v
+        assert "Tried to allocate 90.00 GiB" in v.reason and "79.20 GiB" in v.reason, v.reason
+        assert "also alone on the GPU: every other process released, 79.2 of 79.2 GiB free before" in v.reason
+        assert "peak 90.0 GiB a process" in v.reason, v.reason
+        assert "wrong output" not in v.reason
+    code, line = outcome(run, result)
+    assert code == EXIT_INCOMPLETE and f"1 PASS, 1 AMBIGUOUS; 1 not judged (1 {OUT_OF_MEMORY})" in line, line
+
+
+def test_a_later_process_that_runs_out_beside_the_others_reruns_alone_and_the_benchmark_goes_on_in_turns():
+    """A's processes need 10 GiB, B's 30 GiB, and A1 captures first: sized on its 10 GiB all six
+    would fit, but A2 runs out beside A1, B1 and B2 (70 GiB held). Alone it fits; the plan did
+    not hold, so the benchmark goes on in turns sized on the largest peak seen (B's 30 GiB) and
+    never more processes at once than held it when A2 ran out: one slot a turn, the released
+    processes capturing again in their turn. No other allocation fails, and it is judged."""
+    gpu = GpuMemory(CARD, {"A": 10 * GIB, "B": 30 * GIB})
+    lines: list[str] = []
+    run, result = _run(gpu, lines, select=_down)
+    (first,) = run.pairs
+    assert len(gpu.out_of_memory) == 1 and "Tried to allocate 10.00 GiB" in gpu.out_of_memory[0]
+    assert sum("out of memory in its check beside 3 processes holding memory; once more" in x for x in lines) == 1
+    assert first.memory["peak"] == 30 * GIB and first.capacity == 3
+    assert len(first.turns) == 3 and all(len(t) == 2 for t in first.turns)
+    assert all(p.status == "measured" for p in first.parts) and len(first.parts) == 6
+    assert [(v.status, v.kind) for v in result.verdicts] == [(Status.PASS, "timing")]

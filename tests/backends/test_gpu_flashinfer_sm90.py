@@ -23,6 +23,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fakes.library_modules import loaded_or_skip
+
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
@@ -38,26 +40,12 @@ def sm90():
         pytest.skip(f"the W4A16 fused MoE under test is the SM90 module; this GPU is sm_{cc[0]}{cc[1]}")
 
 
-def _unloadable(exc: BaseException) -> bool:
-    """A library module that cannot be loaded or built here: FlashInfer's ``MissingJITCacheError``
-    (``FLASHINFER_DISABLE_JIT=1`` and no prebuilt module for this GPU, e.g. ``fp4_quantization_90``)
-    or a shared object that does not load. The environment, not a defect: such a test skips."""
-    names = {t.__name__ for t in type(exc).__mro__}
-    return bool(names & {"MissingJITCacheError", "ImportError", "OSError"})
-
-
 @pytest.fixture(scope="module")
 def fp4_helpers():
     """FlashInfer's fp4 helpers (their ``fp4_quantization`` module), or a skip naming why they
     cannot be loaded; any other error is the test's to report."""
     probe = torch.zeros((128, 4), dtype=torch.uint8, device=DEV)
-    try:
-        flashinfer.block_scale_interleave(probe)
-    except Exception as exc:
-        if not _unloadable(exc):
-            raise
-        pytest.skip(f"FlashInfer's fp4 helper module cannot be loaded ({type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
+    loaded_or_skip("FlashInfer's fp4 helper module", lambda: flashinfer.block_scale_interleave(probe))
     return flashinfer
 
 
@@ -65,11 +53,8 @@ def fp4_helpers():
 def runner(sm90):
     from fp4bench.backends.builtin._moe_api import FlashInferMoEApi
 
-    try:
-        return FlashInferMoEApi().tactic_runner("90", torch.bfloat16, torch.uint8, 8, True)
-    except Exception as exc:  # module missing (JIT disabled) or not loadable: environment, not a defect
-        pytest.skip(f"FlashInfer fused_moe_90 not loadable ({type(exc).__name__}: {str(exc)[:200]}); "
-                    "build and install it with tools/flashinfer-sm90")
+    return loaded_or_skip("FlashInfer's fused_moe_90 module (build and install it with tools/flashinfer-sm90)",
+                          lambda: FlashInferMoEApi().tactic_runner("90", torch.bfloat16, torch.uint8, 8, True))
 
 
 def test_tactic_counts_match_the_derived_table(runner):

@@ -111,3 +111,58 @@ def test_prepare_builds_the_blackwell_fused_moe_module_flashinfer_loads(monkeypa
     jit_cache.prepare(cap, {"flashinfer-cutlass-moe-nvfp4"}, echo=lines.append)
     assert {a: s.builds for a, s in specs.items()} == {a: int(a == gen) for a in specs}, lines
     assert jit_cache.unbuilt_reason("flashinfer-cutlass-moe-nvfp4", cap) == ""
+
+
+# --- a GPU test whose library module cannot be loaded skips, as the backends' cases do -----------------
+
+def _missing_jit_flashinfer(monkeypatch) -> types.ModuleType:
+    """A ``flashinfer`` whose fp4 helper raises as 0.7.x does on an H100 with ``FLASHINFER_DISABLE_JIT=1``
+    and no prebuilt ``fp4_quantization_90``: ``flashinfer.jit.core.MissingJITCacheError`` (a
+    ``RuntimeError`` taking the message and the module's JitSpec)."""
+    core = types.ModuleType("flashinfer.jit.core")
+
+    class MissingJITCacheError(RuntimeError):
+        def __init__(self, message: str, spec=None):
+            self.spec = spec
+            super().__init__(message)
+
+    MissingJITCacheError.__module__ = core.__name__
+    core.MissingJITCacheError = MissingJITCacheError
+    fi = types.ModuleType("flashinfer")
+
+    def block_scale_interleave(sf):
+        raise MissingJITCacheError("JIT compilation is disabled and the JIT cache does not contain the module "
+                                   "fp4_quantization_90\nset FLASHINFER_DISABLE_JIT=0 to build it", spec="fp4_quantization_90")
+
+    fi.block_scale_interleave = block_scale_interleave
+    for name, mod in {"flashinfer": fi, "flashinfer.jit.core": core}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    return fi
+
+
+def test_a_gpu_test_whose_flashinfer_module_is_missing_skips_with_the_library_reason(monkeypatch):
+    from fakes.library_modules import loaded_or_skip
+
+    fi = _missing_jit_flashinfer(monkeypatch)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        loaded_or_skip("FlashInfer's fp4 helper module", lambda: fi.block_scale_interleave(None))
+    assert str(skipped.value) == ("FlashInfer's fp4 helper module cannot be loaded or built here (MissingJITCacheError: "
+                                  "JIT compilation is disabled and the JIT cache does not contain the module "
+                                  "fp4_quantization_90)")
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("CUDA error: an illegal memory access"), ValueError("bad scales"),
+                                 type("MissingJITCacheError", (RuntimeError,), {})("not flashinfer's")])
+def test_any_other_error_of_a_gpu_test_is_raised_not_skipped(exc):
+    """A library's wrong answer or crash is the test's failure; only a module that cannot be
+    loaded or built skips (a class of that name from another package is not FlashInfer's)."""
+    from fakes.library_modules import loaded_or_skip
+
+    def load():
+        raise exc
+
+    with pytest.raises(type(exc)):
+        loaded_or_skip("FlashInfer's fp4 helper module", load)
+    assert loaded_or_skip("a module", lambda: 42) == 42
+    with pytest.raises(pytest.skip.Exception, match=r"a module cannot be loaded or built here \(OSError: libcuda"):
+        loaded_or_skip("a module", lambda: (_ for _ in ()).throw(OSError("libcudart.so.13: cannot open")))

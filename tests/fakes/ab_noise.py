@@ -142,7 +142,7 @@ class Fake:
         op, st = req.get("op"), self.state.setdefault(process.serial, {})
         st["round"] = None
         if self.gpu is not None:
-            self.gpu._release(process, req)
+            self.gpu.on_request(process, req)
         if op == "check":
             b = self._bench(req)
             slot = self.joined.get((b, process.side), 0)

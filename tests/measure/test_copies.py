@@ -12,7 +12,8 @@ import torch
 
 from fp4bench.backends.base import Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
-from fp4bench.run.case import CaseRunner, copy_bytes, measurement_of, operand_copy
+from fp4bench.run.case import CaseRunner, measurement_of
+from fp4bench.run.operand_copies import copy_bytes, operand_copy
 from fp4bench.measure.copies import MAX_COPIES, MEMORY_FRACTION, copy_count
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.measure.verify import OK, CheckResult

@@ -16,7 +16,8 @@ from fp4bench.measure.copies import MEMORY_FRACTION, copy_count
 from fp4bench.measure.holdings import case_bytes, layout_bytes, storages, tensors_of
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.measure.verify import OK, CheckResult
-from fp4bench.run.case import CaseRunner, _copied_fields, copy_bytes
+from fp4bench.run.case import CaseRunner
+from fp4bench.run.operand_copies import copied_fields, copy_bytes
 from fp4bench.workload.operands import make_operands
 from fp4bench.workload.problems import GroupedProblem, MoEProblem
 
@@ -36,7 +37,7 @@ def _nbytes(*ts: torch.Tensor) -> int:
 
 
 def _copied(ops) -> list:
-    return [getattr(ops, n) for n in _copied_fields(ops)]
+    return [getattr(ops, n) for n in copied_fields(ops)]
 
 
 class Interleaving(TorchBF16):

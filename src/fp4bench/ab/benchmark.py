@@ -4,10 +4,14 @@ Per benchmark, every process first checks correctness (prepare + verify: FlashIn
 are built and loaded here, never inside a measurement) and reports a digest of its operand
 bytes, which must be the same in every process. Each process then captures the case once and
 replays the capture in every round (``worker.child.Child.time``; the rounds: ``ab.rounds``).
-Device memory: the first process to capture a benchmark reports its memory peak and the GPU's
-free memory (``worker.child.device_memory``), which sizes the turns (``ab.schedule``). Between
-benchmarks of different problems every process releases its cached operands and references, so
-an idle process holds only its CUDA context.
+Device memory: the first process to check and capture a benchmark reports the memory peak of
+each step and the GPU's free memory after its capture (``worker.child.device_memory``); the
+larger peak sizes the turns (``ab.schedule``): a later process checks beside the earlier ones'
+captures. Between benchmarks of one problem the processes keep their cached operands (the next
+benchmark reuses them); between benchmarks of different problems every process releases them, so
+an idle process holds only its CUDA context. A check or capture that runs out of memory while
+other processes hold memory runs once more after every other process released (``_fitting``);
+out of memory alone on the GPU, the benchmark is out of memory.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from fp4bench.ab.config import AbConfig
 from fp4bench.ab.estimate import AbEstimate, ab_estimate, ab_estimate_paired
 from fp4bench.ab.records import Paired, ProcInfo, ProcPart, SideResult
 from fp4bench.ab.rounds import Rounds
-from fp4bench.ab.schedule import SIDES, alloc_order, memory_figure, resident_capacity, start_order, turns
+from fp4bench.ab.schedule import (SIDES, alloc_order, free_figure, larger_peak, memory_figure, resident_capacity,
+                                  start_order, turns)
 from fp4bench.run.case import FAILED, OUT_OF_MEMORY
 from fp4bench.run.worker.pool import WorkerLost
 
@@ -69,33 +74,18 @@ class BenchmarkSteps(Rounds):
         extra: list[str] = []
         crashes0 = len(self.crashes)
         order = alloc_order(self._slot_tuples(), index)
-        pair.memory = self._join(order[0], name, entries, parts, res, where, memory=True)
-        pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
+        pair.memory = self._join(order[0], name, entries, parts, res, where)
         first = self.info[order[0]].side
-        groups = turns(self._slot_tuples(), pair.capacity, first)
-        if len(groups) > 1 and order[0] in self.workers and parts[order[0]].status == "measured":
-            # idle processes may still hold cached operands of earlier benchmarks: release them
-            # and read the free memory again, so the turns are sized on what the GPU really has
-            for pid in [p for p in self.workers if p not in parts]:
-                self._drop(pid, name, release=True)
-            try:
-                pair.memory = self._ask(order[0], {"op": "memory"}, "memory").get("memory") or pair.memory
-            except WorkerLost as exc:
-                self._lost(order[0], name, "memory report of", exc)
-            pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
-            groups = turns(self._slot_tuples(), pair.capacity, first)
-        if res[self.info[order[0]].side].status == OUT_OF_MEMORY:
+        groups = self._plan(pair, name, parts, order[0], first)
+        if res[first].status == OUT_OF_MEMORY:
             pair.stopped = "out of memory"  # one process alone does not fit: nothing to share the GPU with
-        elif len(groups) <= 1:
-            for pid in order[1:]:
-                if res[self.info[pid].side].status == FAILED:  # one failed check per side is enough
-                    continue
-                if any(res[s].status == OUT_OF_MEMORY for s in SIDES):
-                    break
-                self._join(pid, name, entries, parts, res, where)
-            self._rounds(pair, name, entries, parts, res, where, index, remaining, t_start, extra)
         else:
-            self._in_turns(pair, groups, name, entries, parts, res, where, index, remaining, t_start, extra)
+            if len(groups) <= 1:
+                groups = self._all_at_once(pair, order, name, entries, parts, res, where, first)
+            if len(groups) <= 1:
+                self._rounds(pair, name, entries, parts, res, where, index, remaining, t_start, extra)
+            else:
+                self._in_turns(pair, groups, name, entries, parts, res, where, index, remaining, t_start, extra)
         self._finish(pair, parts)
         short = any(s.status == OUT_OF_MEMORY for s in res.values())
         release = release or bool(pair.turns) or short
@@ -115,17 +105,86 @@ class BenchmarkSteps(Rounds):
         pair.wall_s = clock.now() - t_start
         return pair
 
+    def _plan(self, pair: Paired, name: str, parts: dict[str, ProcPart], pid: str, first: str) -> list:
+        """The capacity and turns from the first process's figure (``pair.memory``). In turns,
+        the idle processes release what they cached of earlier benchmarks and the GPU's free
+        memory is read again, so the turns are sized on what the GPU really has."""
+        pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
+        groups = turns(self._slot_tuples(), pair.capacity, first)
+        if len(groups) > 1 and pid in self.workers and parts[pid].status == "measured":
+            for p in [p for p in self.workers if p not in parts]:
+                self._drop(p, name, release=True)
+            try:
+                pair.memory = larger_peak(self._ask(pid, {"op": "memory"}, "memory").get("memory"), pair.memory)
+            except WorkerLost as exc:
+                self._lost(pid, name, "memory report of", exc)
+            pair.capacity = resident_capacity(pair.memory, self.cfg.max_resident)
+            groups = turns(self._slot_tuples(), pair.capacity, first)
+        return groups
+
+    def _all_at_once(self, pair: Paired, order: list[str], name: str, entries: dict, parts: dict[str, ProcPart],
+                     res: dict[str, SideResult], where: str, first: str) -> list:
+        """The other processes check and capture one after another, every capture kept; the turns
+        to go on with (one: all at once). One whose check or capture did not fit beside the others
+        ran again alone (``_fitting``): the plan did not hold, so the benchmark goes on in turns
+        (nothing held), sized on the largest peak seen so far and the free memory beside that
+        process alone, and never more processes a turn than held the benchmark when it ran out."""
+        figures = [pair.memory]
+        for pid in order[1:]:
+            if pid not in self.workers or res[self.info[pid].side].status == FAILED:
+                continue  # lost, or one failed check per side is enough
+            if any(res[s].status == OUT_OF_MEMORY for s in SIDES):
+                break
+            retried, beside = self._retried, sum(1 for p in parts.values() if p.status == "measured")
+            figure = self._join(pid, name, entries, parts, res, where)
+            figures.append(figure)
+            if self._retried == retried:
+                continue
+            for f in figures:
+                pair.memory = larger_peak(pair.memory, f)
+            pair.memory = larger_peak(figure, pair.memory)  # the free memory beside it alone
+            fit = resident_capacity(pair.memory, self.cfg.max_resident)
+            pair.capacity = max(1, min(beside, fit if fit is not None else beside))
+            for p in self._held(parts):
+                self._drop(p, name, release=True)
+            return turns(self._slot_tuples(), pair.capacity, first)
+        return turns(self._slot_tuples(), None)
+
+    def _fitting(self, pid: str, msg: dict[str, Any], what: str, name: str, where: str) -> dict[str, Any]:
+        """``msg`` (a check or a capture) to ``pid``. When it runs out of device memory while other
+        processes hold memory (what they cached of earlier benchmarks of this problem, their
+        captures of this one), every other process releases, the GPU's free memory is read (the
+        memory report) and ``msg`` is sent once more: out of memory then, alone on the GPU, it is
+        the benchmark's out of memory, its reason naming that free memory. Not during rounds
+        (``_no_release``): the others' captures are being replayed."""
+        reply = self._ask(pid, msg, what)
+        others = [p for p in self.workers if p != pid and p in self._holding]
+        if reply.get("status") != OUT_OF_MEMORY or not others or self._no_release:
+            return reply
+        for p in others:
+            self._drop(p, name, release=True)
+        now = self._ask(pid, {"op": "memory"}, "memory").get("memory")
+        self._retried += 1
+        step = "check" if msg.get("op") == "check" else "capture"
+        self.progress(f"[{pid}] {where} {name}: out of memory in its {step} beside {len(others)} processes holding "
+                      f"memory; once more with every other process released ({free_figure(now)})")
+        again = self._ask(pid, msg, what)
+        if again.get("status") == OUT_OF_MEMORY:
+            again["reason"] = (f"{again.get('reason')} (also alone on the GPU: every other process released, "
+                               f"{free_figure(now)} before)")
+        return again
+
     def _join(self, pid: str, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
-              where: str, *, memory: bool = False) -> dict[str, int] | None:
-        """Check and capture ``name`` on process ``pid`` (a replacement when it dies); with
-        ``memory``, the process's memory report after the capture."""
+              where: str) -> dict[str, int] | None:
+        """Check and capture ``name`` on process ``pid`` (a replacement when it dies); the
+        process's memory figure (``larger_peak`` of its check's and its capture's reports)."""
         info = self.info[pid]
         part = parts[pid] = ProcPart(pid, info.side, info.slot, len(parts))
         side = res[info.side]
         case = entries[info.side]["case"]
         t0 = clock.now()
         try:
-            reply = self._ask(pid, {"op": "check", "case": case}, f"check {name}")
+            reply = self._fitting(pid, {"op": "check", "case": case, "memory": True}, f"check {name}", name, where)
             side.check_s += clock.now() - t0
             part.status, part.reason = reply.get("status", "failed"), reply.get("reason", "")
             part.digest = reply.get("operand_digest")
@@ -140,34 +199,46 @@ class BenchmarkSteps(Rounds):
             if not side.extra_info:
                 side.extra_info = dict(reply.get("extra_info") or {})
                 side.digest = part.digest
-            return self._capture(pid, name, entries, part, side, memory=memory)
+            return self._capture(pid, name, entries, part, side, where, checked=reply.get("memory"))
         except WorkerLost as exc:
             part.status, part.reason = "lost", str(exc)
             self._lost(pid, name, "check/capture of", exc)
             self._replace(info, name, entries, parts, res, where)
         return None
 
-    def _capture(self, pid: str, name: str, entries: dict, part: ProcPart, side: SideResult, *,
-                 memory: bool = False) -> dict[str, int] | None:
-        """Warm up, size and capture ``name`` on ``pid`` (``WorkerLost`` to the caller)."""
+    def _capture(self, pid: str, name: str, entries: dict, part: ProcPart, side: SideResult, where: str = "", *,
+                 checked: dict[str, int] | None = None) -> dict[str, int] | None:
+        """Warm up, size and capture ``name`` on ``pid`` (``WorkerLost`` to the caller); its
+        memory figure, with the peak of its check (``checked``) where that was larger."""
         # the capture (warm-up, sizing, CUDA graph): once per process, in allocation order. In
         # span mode every process profiles it (the kernel names are kept from the first of each
         # side): a process that has run the profiler stays slower for the rest of its life
         # (on an H200, +1.5 to +4 % on µs-scale kernels, docs/results-h200.md run 16), so
         # profiling only one process per side made that process an outlier of its side
         names = self.cfg.timer == "span"
-        # the first capture of each side reports its memory: the figure an out-of-memory names
-        reply = self._ask(pid, {"op": "time", "case": entries[part.side]["case"], "samples": 3,
-                                "kernel_time": names, "memory": memory or side.memory is None}, f"capture {name}")
+        msg = {"op": "time", "case": entries[part.side]["case"], "samples": 3, "kernel_time": names, "memory": True}
+        reply = self._fitting(pid, msg, f"capture {name}", name, where)
         if reply.get("status") != "measured":
             _failed(part, side, reply, "while capturing")
             return None
-        side.memory = side.memory or reply.get("memory")
+        figure = larger_peak(reply.get("memory"), checked)
+        side.memory = side.memory or figure  # the side's first: the figure an out-of-memory names
         if names and "kernels" not in side.extra_info:
             side.extra_info["kernels"] = (reply["timing"].get("extra") or {}).get("kernels", [])
         self._replays.setdefault(name, replays_per_round(reply["timing"], self.cfg))
         part.fresh = True
-        return reply.get("memory")
+        return figure
+
+    def _recapture(self, pid: str, name: str, entries: dict, parts: dict[str, ProcPart], res: dict[str, SideResult],
+                   where: str) -> None:
+        """Capture again on a checked process that released its capture (a turn ended, or another
+        process's retry released it); a replacement when it dies."""
+        try:
+            self._capture(pid, name, entries, parts[pid], res[self.info[pid].side], where)
+        except WorkerLost as exc:
+            parts[pid].status, parts[pid].reason, parts[pid].rounds = "lost", str(exc), {}
+            self._lost(pid, name, "re-capture of", exc)
+            self._replace(self.info[pid], name, entries, parts, res, where)
 
     def _replace(self, info: ProcInfo, name: str, entries: dict, parts: dict[str, ProcPart],
                  res: dict[str, SideResult], where: str) -> None:
@@ -272,9 +343,9 @@ class BenchmarkSteps(Rounds):
             probe = ProcPart(pid, s, self.info[pid].slot, len(parts))
             side = SideResult()
             try:
-                reply = self._ask(pid, {"op": "check", "case": entries[s]["case"]}, f"check {name}")
+                reply = self._ask(pid, {"op": "check", "case": entries[s]["case"], "memory": True}, f"check {name}")
                 if reply.get("status") == "measured":
-                    self._capture(pid, name, entries, probe, side, memory=True)
+                    self._capture(pid, name, entries, probe, side, where, checked=reply.get("memory"))
                 else:
                     side.memory = reply.get("memory")
                 self._drop(pid, name, release=True)

@@ -56,7 +56,17 @@ class Rounds:
     def _rounds(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
                 res: dict[str, SideResult], where: str, index: int, remaining: int, t_start: float,
                 extra: list[str]) -> None:
-        """Rounds over every live process until the rule decides or the budget is spent."""
+        """Rounds over every live process until the rule decides or the budget is spent. A process
+        that joins meanwhile (a replacement, an added pair) never makes the others release the
+        captures their rounds replay (``_fitting``)."""
+        self._no_release = True
+        try:
+            self._all_rounds(pair, name, entries, parts, res, where, remaining, t_start, extra)
+        finally:
+            self._no_release = False
+
+    def _all_rounds(self, pair: Paired, name: str, entries: dict, parts: dict[str, ProcPart],
+                    res: dict[str, SideResult], where: str, remaining: int, t_start: float, extra: list[str]) -> None:
         cfg = self.cfg
         r, t_base = 0, 0.0
         while True:
@@ -103,44 +113,42 @@ class Rounds:
         cfg = self.cfg
         r, passes, per_slot = 0, 0, 0
         solo = len(groups[0]) == 1
-        resident = {p for p in parts if parts[p].status == "measured"}  # the first process, captured
         size = "1 process" if solo else f"{len(groups[0]) // 2} slot{'s' if len(groups[0]) > 2 else ''}"
         self.progress(f"{where} {name}: {_memory_line(pair.memory)}; {len(groups)} turns of {size}")
         while True:
             n = cfg.rounds if passes == 0 else cfg.more_rounds
             for turn_places in groups:
                 slots = self._turn_slots(turn_places)
-                if not resident and not self._room_for(pair, slots, name):
+                if not self._held(parts) and not self._room_for(pair, slots, name):
                     return
-                for pid in alloc_order(slots, index):
-                    if res[self.info[pid].side].status in (FAILED, OUT_OF_MEMORY):
-                        continue
-                    if pid not in parts:
-                        self._join(pid, name, entries, parts, res, where)
-                    elif parts[pid].status == "measured" and pid not in resident:
-                        try:
-                            self._capture(pid, name, entries, parts[pid], res[self.info[pid].side])
-                        except WorkerLost as exc:
-                            parts[pid].status, parts[pid].reason, parts[pid].rounds = "lost", str(exc), {}
-                            self._lost(pid, name, "re-capture of", exc)
-                            self._replace(self.info[pid], name, entries, parts, res, where)
-                slots = self._turn_slots(turn_places)  # a replacement took a lost process's place
-                resident |= {p for s in slots for p in s if p in parts and parts[p].status == "measured"}
+                # a second pass captures again what a retry of a later process released (``_fitting``)
+                for again in (False, True):
+                    for pid in alloc_order(slots, index):
+                        if res[self.info[pid].side].status in (FAILED, OUT_OF_MEMORY):
+                            continue
+                        if pid not in parts and not again:
+                            self._join(pid, name, entries, parts, res, where)
+                        elif pid in parts and parts[pid].status == "measured" and pid not in self._holding:
+                            self._recapture(pid, name, entries, parts, res, where)
+                    slots = self._turn_slots(turn_places)  # a replacement took a lost process's place
                 if halted(pair, res):
                     return
                 turn: list[str] = []
-                for _ in range(n):
-                    order = [p for p in round_order(slots, r) if p in parts and parts[p].status == "measured"]
-                    for pid in order:
-                        self._round(pid, r, name, entries, parts, res, where)
-                    pair.order.append(order)
-                    turn += [p for p in order if p not in turn]
-                    r += 1
+                self._no_release = True  # as in ``_rounds``: a replacement leaves the turn's captures
+                try:
+                    for _ in range(n):
+                        order = [p for p in round_order(slots, r) if p in parts and parts[p].status == "measured"]
+                        for pid in order:
+                            self._round(pid, r, name, entries, parts, res, where)
+                        pair.order.append(order)
+                        turn += [p for p in order if p not in turn]
+                        r += 1
+                finally:
+                    self._no_release = False
                 if passes == 0:
                     pair.turns.append(turn)
-                for pid in [p for p in resident if p in self.workers]:
+                for pid in self._held(parts):
                     self._drop(pid, name, release=True)
-                resident.clear()
                 if halted(pair, res):
                     return
             passes += 1
@@ -169,6 +177,10 @@ class Rounds:
                     slot = self.info[got[0]].slot
                     added = [(slot, self.info[p].side) for p in got]
                     groups = groups + ([[x] for x in added] if solo else [added])
+
+    def _held(self, parts: dict[str, ProcPart]) -> list[str]:
+        """The live processes of this benchmark that hold device memory (``AbRunner._holding``)."""
+        return [p for p in parts if p in self.workers and p in self._holding]
 
     def _turn_slots(self, places: list[Place]) -> list[tuple[str | None, str | None]]:
         """The slots of one turn with only its processes (the other side's process of a slot

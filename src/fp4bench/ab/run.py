@@ -23,6 +23,7 @@ from fp4bench.ab.config import AbConfig, Side
 from fp4bench.ab.records import AbRun, Crash, Paired, ProcInfo
 from fp4bench.ab.schedule import SIDES, start_order
 from fp4bench.measure.timing import TIMER_ENV
+from fp4bench.run.case import OUT_OF_MEMORY
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
 from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter, spawn
@@ -67,6 +68,13 @@ class AbRunner(BenchmarkSteps):
         self.slots: list[list[str | None]] = []  # [A id, B id] per slot
         self.fingerprints: dict[str, dict] = {}
         self.crashes: list[Crash] = []
+        #: processes that may hold device memory beyond their CUDA context: a check or timing
+        #: request since their last release (``_holding_after``)
+        self._holding: set[str] = set()
+        #: checks and captures sent again after every other process released (``_fitting``)
+        self._retried = 0
+        #: during rounds: no retry makes the other processes release (``_fitting``)
+        self._no_release = False
         self._serial = {s: 0 for s in SIDES}
         self._t0 = clock.now()
         self._base_costs: list[float] = []
@@ -115,6 +123,7 @@ class AbRunner(BenchmarkSteps):
         self.crashes.append(crash)
         info.crash = f"{during} {benchmark}: {exc}"
         self.workers.pop(pid, None)
+        self._holding.discard(pid)
         self.slots[info.slot][SIDES.index(info.side)] = None
         self.progress(f"[{pid}] LOST during {during} {benchmark}: {exc}")
 
@@ -122,11 +131,23 @@ class AbRunner(BenchmarkSteps):
         if self.stop.is_set():
             raise KeyboardInterrupt  # stopped from another thread: handled as Ctrl-C
         try:
-            return self.workers[pid].request(msg, what)  # WorkerLost: the caller drops the process
+            reply = self.workers[pid].request(msg, what)  # WorkerLost: the caller drops the process
         except WorkerLost:
             if self.stop.is_set():  # killed by ``interrupt``: the run was stopped, nothing was lost
                 raise KeyboardInterrupt from None
             raise
+        self._holding_after(pid, msg, reply)
+        return reply
+
+    def _holding_after(self, pid: str, msg: dict[str, Any], reply: dict[str, Any]) -> None:
+        """Whether ``pid`` may hold device memory after answering ``msg``: a case's check or
+        timing leaves operands (and a capture) behind, a release gives them back, and so does an
+        out-of-memory reply (the worker releases everything it cached: ``worker.child``)."""
+        op = msg.get("op")
+        if op in ("check", "time", "run"):
+            (self._holding.discard if reply.get("status") == OUT_OF_MEMORY else self._holding.add)(pid)
+        elif op == "drop" and msg.get("release"):
+            self._holding.discard(pid)
 
     def interrupt(self) -> None:
         """Stop the run from another thread (Ctrl-C in a several-GPU run): no request is sent
@@ -200,6 +221,7 @@ class AbRunner(BenchmarkSteps):
         w = self.workers.pop(pid, None)
         if w is not None:
             w.close()
+        self._holding.discard(pid)
         info = self.info[pid]
         self.slots[info.slot][SIDES.index(info.side)] = None
         while self.slots and self.slots[-1] == [None, None]:

@@ -83,8 +83,10 @@ HEADROOM_MIN_BYTES = 2 << 30
 
 def resident_capacity(memory: dict | None, limit: int | None = None) -> int | None:
     """How many processes may hold one benchmark at once: the first process to capture it (its
-    report ``{"peak", "free", "total"}`` in bytes, taken after its capture) plus as many more as
-    fit in the free memory left above the headroom, each needing that process's peak. ``limit``
+    figure ``{"peak", "free", "total"}`` in bytes: the larger peak of its check and its capture,
+    ``larger_peak``, and the free memory after its capture) plus as many more as fit in the free
+    memory left above the headroom, each needing that peak (a later process checks beside the
+    earlier ones' captures). ``limit``
     (``--max-resident``) caps it. None: no limit (no report, e.g. on CPU, and no ``limit``)."""
     cap = None
     if memory:
@@ -129,10 +131,26 @@ def _headroom(memory: dict) -> int:
     return max(HEADROOM_MIN_BYTES, int(HEADROOM_FRACTION * int(memory["total"])))
 
 
+def larger_peak(report: dict | None, other: dict | None) -> dict | None:
+    """One process's memory figure from two of its reports (its check's and its capture's, or a
+    later one's and the figure so far): ``report``'s free and total memory with the larger of the
+    two peaks; either report alone where the other is None (off CUDA both are)."""
+    if not report or not other:
+        return report or other
+    return {**report, "peak": max(int(report["peak"]), int(other["peak"]))}
+
+
+def free_figure(memory: dict | None) -> str:
+    """The GPU's free and total memory of a report, in words."""
+    if not memory:
+        return "no memory report"
+    gib = 1 << 30
+    return f"{int(memory['free']) / gib:.1f} of {int(memory['total']) / gib:.1f} GiB free"
+
+
 def memory_figure(memory: dict | None) -> str:
     """A memory report in words: one process's peak and the GPU's free and total memory."""
     if not memory:
         return "no memory report"
-    gib = 1 << 30
-    peak = f"peak {int(memory['peak']) / gib:.1f} GiB a process, " if memory.get("peak") is not None else ""
-    return f"{peak}{int(memory['free']) / gib:.1f} of {int(memory['total']) / gib:.1f} GiB free"
+    peak = f"peak {int(memory['peak']) / (1 << 30):.1f} GiB a process, " if memory.get("peak") is not None else ""
+    return peak + free_figure(memory)

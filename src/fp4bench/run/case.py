@@ -16,13 +16,12 @@ extra_info. The pytest plugin only turns a ``CaseResult`` into skip / fail / ben
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from fp4bench import clock, formats
+from fp4bench import clock
 from fp4bench.backends._errors import one_line
 from fp4bench.backends.base import Backend, Prepared, Tactic, TacticUnsupported, availability_of
 from fp4bench.gate.picks import choice_text
@@ -36,10 +35,11 @@ from fp4bench.measure.telemetry import for_device as telemetry_for
 from fp4bench.measure.timing import TimingConfig, TimingResult, time_cpu, time_gpu
 from fp4bench.measure.verify import WRONG_LAYOUT, CheckResult, check_case
 from fp4bench.measure.verify_quant import check_quant, padding_written
+from fp4bench.run.caches import CaseCaches
 from fp4bench.run.checks import SecondSet, replay_case, second_set
-from fp4bench.workload.operands import Operands, make_operands, other_activations
+from fp4bench.run.operand_copies import copied_fields, operand_copy
+from fp4bench.workload.operands import Operands, other_activations
 from fp4bench.workload.problems import Problem, QuantProblem
-from fp4bench.reference.bound import Reference, reference_and_bound
 
 SKIPPED = "skipped"
 UNSUPPORTED = "unsupported"
@@ -61,59 +61,6 @@ class CaseResult:
     check: CheckResult | None = None
     timing: TimingResult | None = None
     extra_info: dict[str, Any] = field(default_factory=dict)
-
-
-def _clone(obj: Any) -> Any:
-    """Deep copy of tensors inside (possibly nested) dataclasses: rotating input copies."""
-    if isinstance(obj, torch.Tensor):
-        return obj.clone()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: _clone(getattr(obj, f.name))
-                                           for f in dataclasses.fields(obj) if f.init})
-    return obj
-
-
-def _clone_bytes(obj: Any) -> int:
-    """The bytes ``_clone(obj)`` allocates: every tensor inside, one clone each."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(_clone_bytes(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init)
-    return 0
-
-
-#: the bf16 weight originals of an operand set (``Operands.w``, ``w2``)
-_WEIGHT_ORIGINALS = ("w", "w2")
-
-
-def _copied_fields(ops: Operands) -> list[str]:
-    """The fields a rotating copy clones: everything a backend of the operand set's formats reads.
-    With a quantized weight format the bf16 weight originals are only the quantizer's input (the
-    backends and the reference read ``qw``/``qw2``: ``reference.decoded_weights``), so a copy
-    shares them instead of cloning two to four times the bytes it times."""
-    shared = _WEIGHT_ORIGINALS if ops.weight_format != "bf16" else ()
-    return [f.name for f in dataclasses.fields(ops) if f.init and f.name not in shared]
-
-
-def operand_copy(ops: Operands) -> Operands:
-    """A rotating copy of ``ops``: the same bytes, in allocations of its own (``_copied_fields``)."""
-    return dataclasses.replace(ops, **{n: _clone(getattr(ops, n)) for n in _copied_fields(ops)})
-
-
-def copy_bytes(ops: Operands) -> int:
-    """The device bytes ``operand_copy(ops)`` allocates: what one more copy costs."""
-    return sum(_clone_bytes(getattr(ops, n)) for n in _copied_fields(ops))
-
-
-def _options_key(options: dict[str, Any]) -> tuple:
-    """Hashable form of reference options (tensors by value: a recalibrated scale is another key)."""
-    out = []
-    for k in sorted(options):
-        v = options[k]
-        if isinstance(v, torch.Tensor):
-            v = tuple(v.detach().double().flatten().tolist())
-        out.append((k, v))
-    return tuple(out)
 
 
 def measurement_of(device_type: str, cold_l2: bool, timer: str, min_copies: int | None = None
@@ -139,8 +86,9 @@ def placement_pad_bytes(seed: int, index: int) -> int:
     return (1 + random.Random(seed * 1_000_003 + index).randrange(1, 130)) * (2 << 20)
 
 
-class CaseRunner:
-    """Holds the per-session caches (operands, references) and the measurement settings.
+class CaseRunner(CaseCaches):
+    """Holds the per-session caches (operands, references: ``run.caches``) and the measurement
+    settings.
 
     ``min_copies``: rotating copies a cold-L2 case on a GPU has at least (None: ``MIN_COPIES``);
     given, a CPU run makes that many copies too, each checked once (``copy mismatch``): the
@@ -152,7 +100,8 @@ class CaseRunner:
                  max_rotating_copies: int = copy_rule.MAX_COPIES,
                  peaks: peak_table.GpuPeaks | None = None, cache_size: int = 2,
                  replays: int = later.DEFAULT_REPLAYS):
-        self.device, self.timing, self.cold_l2, self.seed = device, timing, cold_l2, seed
+        super().__init__(device, seed, cache_size)
+        self.timing, self.cold_l2 = timing, cold_l2
         if min_copies is not None and not 1 <= min_copies <= max_rotating_copies:
             raise ValueError(f"min_copies must be in 1..{max_rotating_copies}, got {min_copies}")
         if replays < 0:
@@ -161,80 +110,10 @@ class CaseRunner:
         self.cpu_copies = min_copies or 1
         self.replays = replays
         self.peaks = peaks
-        self._ops: OrderedDict[tuple, Operands] = OrderedDict()
-        self._refs: OrderedDict[tuple, Reference] = OrderedDict()
-        self._cache_size = cache_size
-        # one backend's prepared operands, reused by all its tactics of a problem (the sweep is
-        # problem-major and backend-contiguous): re-interleaving a 5 GB MoE layer per tactic
-        # would dominate a tactic sweep's wall time
-        self._prep_for: tuple[Backend, Operands] | None = None
-        self._prep: Prepared | None = None
-        #: the pad that moves the next operand sets to a fresh placement (``new_placement``)
-        self._pad: torch.Tensor | None = None
-        self._padding = 0  # padding entries poisoned in ``_prep``'s scale buffers
-        self._second: SecondSet | None = None  # the replays' second operand set for ``_prep``
 
     def measurement(self) -> dict[str, Any]:
         """How this runner takes its times (recorded in a saved run's ``sweep``)."""
         return measurement_of(self.device.type, self.cold_l2, self.timing.mode, self.min_copies)
-
-    # -- caches -------------------------------------------------------------------------
-    def _lru(self, cache: OrderedDict, key: tuple, make):
-        if key in cache:
-            cache.move_to_end(key)
-            return cache[key]
-        while len(cache) >= self._cache_size:
-            cache.popitem(last=False)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        cache[key] = value = make()
-        return value
-
-    def operands(self, problem: Problem, act: str, weight: str) -> Operands:
-        return self._lru(self._ops, (problem.id, act, weight),
-                         lambda: make_operands(problem, act, weight, self.device, self.seed))
-
-    def reference(self, ops: Operands, options: dict[str, Any] | None = None, roundings: int = 1) -> Reference:
-        """The reference for ``ops`` under a backend's ``reference_options`` and output roundings
-        (cached per problem, formats and options: backends that round alike share it)."""
-        options = dict(options or {})
-
-        key = (ops.problem.id, ops.act_format, ops.weight_format, ops.seed, _options_key(options), roundings)
-        return self._lru(self._refs, key, lambda: reference_and_bound(ops, options, roundings))
-
-    def prepared(self, backend: Backend, problem: Problem, ops: Operands) -> Prepared:
-        """``backend.prepare`` for these very operands, reused until another backend or operand set
-        comes (identity, not ids: an evicted operand set's address may be reused)."""
-        held = self._prep_for
-        if self._prep is None or held is None or held[0] is not backend or held[1] is not ops:
-            self.drop_prepared()  # free the old layouts before allocating the new
-            self._prep, self._padding = self._prepare(backend, problem, ops)
-            self._prep_for = (backend, ops)
-        return self._prep
-
-    def _prepare(self, backend: Backend, problem: Problem, ops: Operands) -> tuple[Prepared, int]:
-        """``backend.prepare`` with ``formats.POISON_BYTE`` in the padding of every scale buffer
-        it builds; the number of padding entries so filled."""
-        with formats.scale_padding(formats.POISON_BYTE) as fill:
-            prep = backend.prepare(problem, ops, self.device)
-        return prep, fill.filled
-
-    def drop_prepared(self) -> None:
-        """Forget the cached prepared operands (the next case prepares afresh)."""
-        self._prep_for, self._prep, self._padding, self._second = None, None, 0, None
-
-    def release(self) -> None:
-        """Forget every cached operand set, reference and prepared layout and hand the freed
-        device memory back to the driver, so another process on this GPU can use it."""
-        import gc
-
-        self.drop_prepared()
-        self._ops.clear()
-        self._refs.clear()
-        self._pad = None
-        gc.collect()  # a reference cycle (a traceback, a closure) must not keep a released copy
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
 
     def new_placement(self, index: int) -> int:
         """Move what is allocated next to a fresh placement set: hold a pad of device memory, its
@@ -429,7 +308,7 @@ class CaseRunner:
         if not self.cold_l2:
             return 1
         props = torch.cuda.get_device_properties(self.device)
-        held = holdings.case_bytes(ops, prep, [getattr(ops, n) for n in _copied_fields(ops)])
+        held = holdings.case_bytes(ops, prep, [getattr(ops, n) for n in copied_fields(ops)])
         return copy_rule.copy_count(l2_bytes=props.L2_cache_size,
                                     footprint_bytes=problem.bytes_moved(backend.act_format, backend.weight_format),
                                     copy_bytes=held.per_copy, held_bytes=held.held, transient_bytes=held.transient,

@@ -61,22 +61,31 @@ class Child:
         return protocol.encode_result(res)
 
     def check(self, req: dict[str, Any]) -> dict[str, Any]:
-        """Correctness only, plus a digest of the operand bytes both sides must share."""
-        from fp4bench.run.case import CaseResult
+        """Correctness only, plus a digest of the operand bytes both sides must share. ``memory``:
+        also this process's device-memory peak during the check (prepare, reference, verify, a
+        library's autotuning) and the GPU's free memory after it (``device_memory``)."""
+        from fp4bench.run.case import OUT_OF_MEMORY, CaseResult
 
         got = self._case(req["case"])
         if isinstance(got, CaseResult):
             return protocol.encode_result(got)
         backend, problem, tactic = got
-        if self.device.type == "cuda":  # the capture's ``memory`` reply is this case's peak
+        self._reset_peak()
+        res = self.runner.run(backend, problem, tactic, measure=False)
+        out = protocol.encode_result(res)
+        if res.status != OUT_OF_MEMORY:  # out of memory, the runner released its operands: no digest
+            ops = self.runner.operands(problem, backend.act_format, backend.weight_format)
+            out["operand_digest"] = operand_digest(ops)
+        if req.get("memory"):
+            out["memory"] = device_memory(self.device)
+        return out
+
+    def _reset_peak(self) -> None:
+        """Start the peak a ``memory`` reply reports from what this process holds now."""
+        if self.device.type == "cuda":
             import torch
 
             torch.cuda.reset_peak_memory_stats(self.device)
-        res = self.runner.run(backend, problem, tactic, measure=False)
-        out = protocol.encode_result(res)
-        ops = self.runner.operands(problem, backend.act_format, backend.weight_format)
-        out["operand_digest"] = operand_digest(ops)
-        return out
 
     def time(self, req: dict[str, Any]) -> dict[str, Any]:
         """One short timing round with a fixed sample count (no stop rule: rounds stay equal).
@@ -84,8 +93,9 @@ class Child:
         The case is warmed up, sized and captured on its first round and replayed as captured in
         every later round until ``drop``, so a round costs its samples, not a capture.
         ``kernel_time`` (default: the worker's timing config) picks CUPTI busy time or the event
-        span of each replay. ``memory``: also report this process's device-memory peak since its
-        last ``check`` and the GPU's free memory after the capture (``device_memory``).
+        span of each replay. ``memory``: also report this process's device-memory peak since the
+        capture began (the check's is in the check's reply) and the GPU's free memory after the
+        capture (``device_memory``).
         ``place`` (``fp4bench ab --placement round``): before this round, move the case to fresh
         device memory: the capture and every cached operand set are released to the driver, the
         operands are made again from the seed (the same bytes), with new rotating copies, and
@@ -111,6 +121,7 @@ class Child:
             if not isinstance(got, tuple):
                 return protocol.encode_result(got)
             backend, problem, tactic = got
+            self._reset_peak()
             fns = self.runner.timed_calls(backend, problem, tactic)
             cap = (prime_gpu(fns, cfg, self.device, backend.no_graph_reason, sized=sized)
                    if self.device.type == "cuda" else None)
@@ -157,7 +168,7 @@ class Child:
                            "skip_reason": c.skip_reason, "note": c.note} for c in specs]}
 
     def memory(self, req: dict[str, Any]) -> dict[str, Any]:
-        """This process's peak since its last ``check`` and the GPU's free memory now."""
+        """This process's peak since its last check or capture began and the GPU's free memory now."""
         return {"status": "memory", "memory": device_memory(self.device)}
 
     def drop(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -213,9 +224,9 @@ class Child:
 
 def device_memory(device: Any) -> dict[str, int] | None:
     """``{"peak": bytes, "free": bytes, "total": bytes}``: the most this process's allocator held
-    since the peak was last reset (what another process running the same case needs), and the
-    GPU's free and total memory after the cached blocks this process no longer uses went back to
-    the driver. None off CUDA."""
+    since the peak was last reset (when a check or a capture began: what another process running
+    that step of the same case needs), and the GPU's free and total memory after the cached
+    blocks this process no longer uses went back to the driver. None off CUDA."""
     if getattr(device, "type", None) != "cuda":
         return None
     import torch

@@ -6,7 +6,10 @@ Requests (parent -> child)::
      "cold_l2": true, "seed": 0, "min_copies": 4}   run.settings.RunnerSettings.to_init
     {"op": "run", "case": CASE, "measure": true}     check + time, like CaseRunner.run
     {"op": "check", "case": CASE}                    check only, plus the reference digest
-    {"op": "time", "case": CASE, "samples": 10}      one short timing round (after "check")
+                                                     ("memory": true: the check's memory report)
+    {"op": "time", "case": CASE, "samples": 10}      one short timing round (after "check";
+                                                     "memory": true: the capture's memory report)
+    {"op": "memory"}                                 the memory report now (child.device_memory)
     {"op": "drop"}                                   forget prepared operands ("release": every
                                                      operand set too; "placement": then a fresh
                                                      placement set, CaseRunner.new_placement)
