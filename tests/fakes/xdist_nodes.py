@@ -5,7 +5,7 @@ processes.
 Worker side (``run_worker``): a pytester in-process run of the folder, made a pinned xdist worker
 the way pytest-xdist makes one (``config.workerinput`` / ``workeroutput`` set before
 ``pytest_configure``: pytest-xdist, remote.py, ``setup_config``), with ``CUDA_VISIBLE_DEVICES`` set
-to its fake GPU. Every report it would send is kept serialized as pytest-xdist's
+to its fake GPU (or a plain worker, for a run without fp4bench cases). Every report it would send is kept serialized as pytest-xdist's
 ``WorkerInteractor`` sends it (``pytest_report_to_serializable``), with its collection and its
 ``workeroutput`` (completed as remote.py's ``pytest_sessionfinish`` completes it).
 
@@ -14,7 +14,8 @@ below. Its nodes are set up as ``WorkerController.setup`` sets them up (``pytest
 fills their ``workerinput``), then announce themselves, their failed collection reports and their
 collection; sent indices by the scheduler, each answers with the recorded events of those items
 (reports deserialized by the controller's ``pytest_report_from_serializable``, as
-``WorkerController.process_from_remote`` does), and at ``shutdown`` with ``workerfinished``.
+``WorkerController.process_from_remote`` does), and at ``shutdown`` with ``workerfinished`` (at
+once where its session ended without reaching its test loop: a usage error).
 ``crash``: the first node on that GPU dies (``errordown``) when it reaches that item, as a killed
 worker process does; ``DSession`` then starts a replacement on the same spec, which replays the
 rest.
@@ -24,11 +25,18 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import threading
 from typing import Any, Callable, Sequence
 
 import pytest
 
+from fakes.pytest_run import QUIET
 from fp4bench.gpus.pinning import GPU_KEY, GPUS_KEY
+
+_XDIST = QUIET.index("no:xdist") - 1
+#: ``fakes.pytest_run.QUIET`` (pytest's plugins these runs are not about): a controller session
+#: keeps pytest-xdist (``KEEP_XDIST``); a worker session in this process leaves it out too (``NO_XDIST``)
+KEEP_XDIST, NO_XDIST = QUIET[:_XDIST], QUIET[_XDIST:]
 
 
 @dataclasses.dataclass
@@ -78,17 +86,20 @@ class _Worker:
         self.reports.setdefault(report.nodeid, []).append(self._serial(report))
 
 
-def run_worker(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, gpu: str, gpus: Sequence[str],
-               workerid: str, *args: str) -> Recorded:
-    """One worker session on ``gpu`` of the run's ``gpus`` (fake GPUs), recorded."""
+def run_worker(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workerid: str, *args: str,
+               gpu: str | None = None, gpus: Sequence[str] = ()) -> Recorded:
+    """One worker session, recorded: on ``gpu`` of the run's ``gpus`` (fake GPUs), or a plain
+    worker (``gpu`` None: a run that has no fp4bench case)."""
     from fp4bench.gpus.devices import FAKE_ENV
     from fp4bench.gpus.pinning import ENV
 
-    worker = _Worker({"workerid": workerid, "workercount": len(gpus), "testrunuid": "fake",
-                      GPU_KEY: gpu, GPUS_KEY: list(gpus)})
+    workerinput = {"workerid": workerid, "workercount": max(len(gpus), 1), "testrunuid": "fake"}
     with monkeypatch.context() as mp:
-        mp.setenv(FAKE_ENV, ",".join(gpus))
-        mp.setenv(ENV, gpu)
+        if gpu is not None:
+            workerinput.update({GPU_KEY: gpu, GPUS_KEY: list(gpus)})
+            mp.setenv(FAKE_ENV, ",".join(gpus))
+            mp.setenv(ENV, gpu)
+        worker = _Worker(workerinput)
         res = pytester.runpytest_inprocess(*args, plugins=[worker])
     session_end = {"exitstatus": int(res.ret), "shouldfail": False, "shouldstop": False}
     out = {**worker.config.workeroutput, **session_end}  # type: ignore[union-attr]
@@ -96,13 +107,17 @@ def run_worker(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, gpu: 
 
 
 def fake_gpu_fingerprints(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A process that sees one fake GPU reports it as its unit (``fakes.fakegpu``), for this test."""
+    """A process that sees one fake GPU reports it as its unit (``fakes.fakegpu``), for this test:
+    ``fp4bench.env.collect_fingerprint``, and the name the plugin's ``open_device`` calls (imported
+    by name in ``run.factory``, whose module object the plugin's ``settings`` already holds)."""
     import fp4bench.env
+    from fp4bench.plugin import settings
 
     monkeypatch.setattr(fp4bench.env, "collect_fingerprint", fp4bench.env.collect_fingerprint)  # restored after
     from fakes import fakegpu  # its first import replaces fp4bench.env.collect_fingerprint
 
     monkeypatch.setattr(fp4bench.env, "collect_fingerprint", fakegpu.collect_fingerprint)
+    monkeypatch.setitem(settings.open_device.__globals__, "collect_fingerprint", fakegpu.collect_fingerprint)
 
 
 class Node:
@@ -167,9 +182,10 @@ class Node:
 
 
 class NodeManager:
-    """pytest-xdist's ``NodeManager`` (workermanage.py) for ``DSession``: one ``Node`` per tx spec."""
+    """pytest-xdist's ``NodeManager`` (workermanage.py) for ``DSession``: one ``Node`` per tx spec,
+    replaying the record of its GPU (``None``: of a spec pinned to none)."""
 
-    records: dict[str, Recorded] = {}
+    records: dict[str | None, Recorded] = {}
     crashes: dict[str, str] = {}  #: GPU UUID -> the item its first worker dies at
 
     def __init__(self, config: pytest.Config) -> None:
@@ -214,6 +230,8 @@ def run_controller(pytester: pytest.Pytester, *args: str, limit_s: int = 30) -> 
         fired.append(signum)
         raise KeyboardInterrupt(f"the controller session still runs after {limit_s} s")
 
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        return pytester.runpytest_inprocess(*args)
     before = signal.signal(signal.SIGALRM, stop)
     signal.alarm(limit_s)
     try:
@@ -225,10 +243,11 @@ def run_controller(pytester: pytest.Pytester, *args: str, limit_s: int = 30) -> 
     return res
 
 
-def replaying(monkeypatch: pytest.MonkeyPatch, records: dict[str, Recorded],
+def replaying(monkeypatch: pytest.MonkeyPatch, records: dict[str | None, Recorded],
               crashes: dict[str, str] | None = None) -> None:
     """The controller sessions of this test start ``Node``s replaying ``records`` (GPU UUID ->
-    that GPU's worker) instead of worker processes."""
+    that GPU's worker; None -> the worker of every spec pinned to no GPU) instead of worker
+    processes."""
     import xdist.dsession
 
     manager = type("ReplayingNodeManager", (NodeManager,), {"records": dict(records), "crashes": dict(crashes or {})})

@@ -26,7 +26,7 @@ import pytest
 
 from fakes.benchjson import H200
 from fakes.paths import BENCH_FILE as BENCH, ROOT
-from fakes.pytest_run import QUIET
+from fakes.xdist_nodes import KEEP_XDIST, NO_XDIST
 
 pytest_plugins = ["pytester"]
 BENCH_FILE = BENCH.read_text()
@@ -36,10 +36,6 @@ FAKE = replace(H200, gpu_name="Fake GPU", gpu_slug="fake-gpu", compute_capabilit
 #: two families (one backend on two problems): one per GPU
 NAMES = [f"bench/test_fp4_gemm.py::test_dense[torch-bf16-default-glm-5-b1-tp8-uniform-{p}]"
          for p in ("shared_gate_up-m1n512k6144", "shared_down-m1n6144k256")]
-#: pytest's plugins these runs are not about (``fakes.pytest_run.QUIET``): a controller keeps
-#: pytest-xdist, a worker session in this process leaves it out too
-_XDIST = QUIET.index("no:xdist") - 1
-KEEP_XDIST, NO_XDIST = QUIET[:_XDIST], QUIET[_XDIST:]
 QUICK = ["--fp4-backends", "torch-bf16", "--fp4-kinds", "dense", "--fp4-batches", "1", "--fp4-tp", "8",
          "--fp4-time-budget", "0.05", "--fp4-min-samples", "5",
          # CPU wall clock of two workers on a shared machine: only a gross change may FAIL here
@@ -128,7 +124,7 @@ def test_a_killed_worker_makes_the_run_incomplete_and_is_named(pytester, monkeyp
     from fakes.xdist_nodes import replaying, run_controller, run_worker
 
     args = _in_process(pytester, monkeypatch, "--fp4-save-baseline=cand.json", "--fp4-windows", "1")
-    records = {gpu: run_worker(pytester, monkeypatch, gpu, [A, B], f"gw{i}", *args, *NO_XDIST)
+    records = {gpu: run_worker(pytester, monkeypatch, f"gw{i}", *args, *NO_XDIST, gpu=gpu, gpus=[A, B])
                for i, gpu in enumerate((A, B))}
     ran = {gpu: [n for n, reps in r.reports.items() if any(x["when"] == "call" for x in reps)]
            for gpu, r in records.items()}
@@ -181,7 +177,7 @@ def _usage_error_of_a_worker(pytester, monkeypatch, *extra: str) -> str:
     from fp4bench.plugin.xdist import USAGE_MARK
 
     args = _in_process(pytester, monkeypatch, "--fp4-windows", "1", *extra)
-    records = {gpu: run_worker(pytester, monkeypatch, gpu, [A, B], f"gw{i}", *args, *NO_XDIST)
+    records = {gpu: run_worker(pytester, monkeypatch, f"gw{i}", *args, *NO_XDIST, gpu=gpu, gpus=[A, B])
                for i, gpu in enumerate((A, B))}
     worker = records[A]
     # configuring went on (a usage error raised there would crash the worker, and xdist restart it,
