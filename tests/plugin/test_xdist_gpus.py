@@ -60,8 +60,8 @@ def measured(res: subprocess.CompletedProcess) -> list[str]:
 def test_bench_on_two_gpus_gives_one_merged_verdict(tmp_path):
     """The one run in real processes: ``-n auto`` starts a worker per fake GPU, each measures its
     share, and the controller gates the merged cases once, each against its own unit's baseline
-    where that unit has one. The baselines are written here, 1000x slower than any CPU run: every
-    benchmark PASSes as improved, so the exit code does not depend on the machine's load."""
+    where that unit has one. The baselines are written here at 1 s a call, hundreds of times slower
+    than any CPU run of these cases: both PASS as improved, whatever the machine's load."""
     from fakes.benchjson import bench_entry, bench_json, write
 
     from fp4bench.gate.approve import approve
