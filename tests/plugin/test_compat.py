@@ -45,19 +45,16 @@ def test_plain(benchmark):
 
 
 def test_pytest_benchmark_table_only_for_other_benchmarks(bench):
-    res = bench.runpytest(*BF16)
-    assert res.ret == 0
-    out = res.stdout.str()
-    assert "fp4bench results (CPU)" in out
-    assert "benchmark 'dense glm-5" not in out and "Name (time in" not in out  # no second table of fp4 cases
     res = bench.runpytest(*BF16, "--fp4-benchmark-table")
     assert "benchmark 'dense glm-5 shared_down': 1 tests" in res.stdout.str()  # asked for: kept
-    # a session with a plain pytest-benchmark test too: its table stays, with that test only
+    # by default, a session with a plain pytest-benchmark test too: its table stays, with that test only
     bench.makepyfile(test_plain=PLAIN)
     res = bench.runpytest(*BF16, "--benchmark-min-rounds", "7")
     out = res.stdout.str()
     assert res.ret == 0, out
+    assert "fp4bench results (CPU)" in out
     assert "test_plain " in out and "Name (time in" in out and "dense glm-5" not in out.split("Name (time in")[1]
+    assert "benchmark 'dense glm-5" not in out  # no second table of fp4 cases
 
 
 def test_plain_pytest_benchmark_session_is_left_alone(pytester):
@@ -69,13 +66,21 @@ def test_plain_pytest_benchmark_session_is_left_alone(pytester):
     assert "is ignored by fp4bench" not in out and "fp4bench results" not in out
 
 
-@pytest.mark.e2e
-def test_xdist_over_plain_tests_still_runs(pytester):
+def test_xdist_over_plain_tests_still_runs(pytester, monkeypatch):
+    """A plain xdist worker session (no GPU of its own), recorded in this process and replayed to
+    a controller session with pytest-xdist's own scheduling (tests/fakes/xdist_nodes.py)."""
+    from fakes.xdist_nodes import KEEP_XDIST, NO_XDIST, replaying, run_controller, run_worker
+
+    monkeypatch.delenv("FP4BENCH_FAKE_GPUS", raising=False)  # no GPU needed: plain tests
     pytester.makepyfile(test_plain="def test_a():\n    assert 1\n\ndef test_b():\n    assert 1\n")
-    res = pytester.runpytest_subprocess("-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2",
-                                        timeout=300)
+    args = ["-p", "fp4bench.plugin", *KEEP_XDIST]
+    worker = run_worker(pytester, monkeypatch, "gw0", *args, *NO_XDIST)
+    assert worker.result.ret == 0 and len(worker.ids) == 2
+    replaying(monkeypatch, {None: worker})  # both workers: the same plain session
+    res = run_controller(pytester, *args, "-n", "2")
     assert res.ret == 0, res.stdout.str() + res.stderr.str()
     res.assert_outcomes(passed=2)
+    assert "2 workers [2 items]" in res.stdout.str()
 
 
 # pytest-benchmark's output and calibration flags: they change what is written, never what is judged

@@ -293,7 +293,11 @@ class ControllerPlugin:
         self._crashed_items.add(crashitem)
         if self.stopping:  # stopped by the SIGTERM passed on: the run is interrupted, nothing lost
             return
-        self.lost.append(f"worker {self._who(node)} crashed while running {crashitem}")
+        # pytest-xdist reports the worker down first (dsession.py, ``worker_errordown``): that
+        # line said "between cases", and this one names the case
+        who = f"worker {self._who(node)} "
+        self.lost = [line for line in self.lost if not line.startswith(who)]
+        self.lost.append(f"{who}crashed while running {crashitem}")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
