@@ -7,6 +7,9 @@ With ``--fp4-tactics all`` every listed pair is a row of ``flashinfer-trtllm-moe
 explicit row and the tuned row must each fail their check by name, the tuned one naming the library's
 choice, while the default and the other pairs pass. One child process (seconds: the plugin, the sweep
 and the checks of six rows).
+
+The b12x fused MoE runs on a simulated RTX PRO 6000 (SM120) in this process (``runpytest_inprocess``,
+about 3 s: the fake's static kernel passes, its planted wrong dynamic kernel fails by name).
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ def sim_in_process(monkeypatch, isolated_registry):
     """``pytest bench -p fp4sim`` in this process on a simulated RTX PRO 6000 (SM120) with FlashInfer
     0.7.4, nvcc 13.0 (b12x MoE needs CUDA 13) and ``FP4SIM_FAULT=b12x_dynamic_wrong``. The backends'
     loaded-library handles, which an in-process run fills with the simulated FlashInfer, are put back
-    afterwards (as ``isolated_registry`` puts the registry back)."""
+    afterwards (as ``isolated_registry`` puts the registry back). Requested before ``pytester``: the
+    built-in adapters are then imported before its module snapshot, which keeps them."""
     from fakes.sim_bench import SIM
     from fp4bench.backends import registry
 
@@ -61,7 +65,7 @@ def sim_in_process(monkeypatch, isolated_registry):
         vars(b).update(state)
 
 
-def test_the_b12x_moe_row_is_checked_on_sm120_and_its_wrong_dynamic_kernel_is_named(pytester, sim_in_process):
+def test_the_b12x_moe_row_is_checked_on_sm120_and_its_wrong_dynamic_kernel_is_named(sim_in_process, pytester):
     """The static kernel (batch 1: 2 routed rows) passes its check; the dynamic one (batch 512: 1024
     routed rows, past the 640-row cutover) drops its alphas and fails by name. In process: no child."""
     from fakes.paths import ROOT

@@ -11,8 +11,13 @@ otherwise (``activation="silu"``, ``quant_mode=None`` -> NVFP4 from ``activation
   ``w1_alpha * input_global_scale`` (moe_dispatch.py ``launch_sm120_moe``), so with
   ``w1_alpha = 1 / gs_w1`` (the weights' decode scale, what the docstring calls "the exact fp32
   weight scale") the product is GEMM1's dequantization ``1 / (gs_a * gs_w1)``; the quantizer
-  multiplies by its reciprocal, ``gs_a``, our encode scale, and so reproduces ``Operands.qa``'s bytes
-  but on near-ties of its fast-math arithmetic (``reference.input_ties``: the bound's extra term);
+  multiplies by its reciprocal, ``gs_a``, our encode scale (the direct micro kernel converts "ordinary
+  NVFP4 API scales" so, moe_direct_micro_kernel.py ``_input_scale_multiplier``), and so reproduces
+  ``Operands.qa``'s bytes but on near-ties of its fast-math arithmetic (``reference.input_ties``: the
+  bound's extra term). The static kernel's quantizer reads the value it is given as its multiplier
+  (moe_static_kernel.py, ``input_scales_are_reciprocal=False``); FlashInfer's own tests use unit
+  scales, which cannot tell the two readings apart. Ours are not unit: a wrong reading is off by
+  ``gs_a^2`` and fails the check by orders of magnitude, so the first SM120 run settles it;
 * weights: our NVFP4 bytes ``[E, 2I, H/2]`` *up rows first* (we swap our gate-first halves: the
   library's reference, tests/moe/utils.py ``compute_reference_moe_fp4``, takes ``linear = [:I]``,
   ``gate = [I:]``) and ``[E, H, I/2]``; their e4m3 scales per expert in the 128x4 swizzle, then
@@ -42,9 +47,8 @@ from packaging.version import Version
 from fp4bench import formats
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic
 from fp4bench.backends.builtin import _gating
-from fp4bench.backends.builtin._marshal import fp4_pair
 from fp4bench.backends.builtin._moe_api import swap_gate_up
-from fp4bench.reference.moe import routed_intermediate_amax
+from fp4bench.backends.builtin._moe_nvfp4 import nvfp4_moe
 from fp4bench.workload.operands import Operands
 from fp4bench.workload.problems import MoEProblem, Problem
 
@@ -135,49 +139,36 @@ class FlashInferB12xMoE(Backend):
         if why is not None:
             raise ValueError(why)
         assert isinstance(problem, MoEProblem)
-        if operands.topk_ids is None or operands.topk_weights is None or operands.qw2 is None:
-            raise ValueError(f"{self.name}: operands are not MoE operands (no routing or fc2 weights)")
         call, gs_2 = self._marshal(self._library(), problem, operands, torch.device(device))
         out = torch.empty((problem.num_tokens, problem.hidden), dtype=torch.bfloat16, device=device)
         return Prepared(problem, out, {"call": call, "fc2_act_global_scale": gs_2})
 
     def _marshal(self, lib: B12xMoEApi, p: MoEProblem, ops: Operands, device: torch.device
                  ) -> tuple[dict[str, Any], torch.Tensor]:
-        qa, qw = fp4_pair(ops, formats.NVFP4, self.name)
-        qw2 = ops.qw2
-        if not isinstance(qw2, formats.NVFP4):
-            raise TypeError(f"{self.name}: needs NVFP4 fc2 weights, got {type(qw2).__name__}")
+        m = nvfp4_moe(ops, p.num_experts, device, self.name)
         e = p.num_experts
-
-        def f32(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device=device, dtype=torch.float32)
-
-        gs_a = f32(qa.global_scale).reshape(1)
-        gs_w1 = f32(qw.global_scale).expand(e, 1, 1).reshape(e)
-        gs_w2 = f32(qw2.global_scale).expand(e, 1, 1).reshape(e)
-        gs_2 = f32(formats.nvfp4_global_scale(float(routed_intermediate_amax(ops)))).reshape(1)
 
         def mma_scales(sf: torch.Tensor, rows: int, k: int) -> torch.Tensor:
             swz = torch.stack([formats.swizzle_128x4(sf[x].contiguous()) for x in range(e)]).to(device)
             return lib.to_mma_layout(swz.view(torch.float8_e4m3fn).reshape(e * rows, k // 16),
                                      m=rows, k=k, num_groups=e, sf_vec_size=16)
 
-        s1 = swap_gate_up(qw.scales.view(torch.uint8), p.inter)
+        s1 = swap_gate_up(m.qw.scales.view(torch.uint8), p.inter)
         call = {
             "x": ops.a.to(device=device, dtype=torch.bfloat16).contiguous(),
-            "w1_weight": swap_gate_up(qw.data, p.inter).to(device).contiguous(),
+            "w1_weight": swap_gate_up(m.qw.data, p.inter).to(device).contiguous(),
             "w1_weight_sf": mma_scales(s1, 2 * p.inter, p.hidden),
-            "w2_weight": qw2.data.to(device).contiguous(),
-            "w2_weight_sf": mma_scales(qw2.scales.view(torch.uint8), p.hidden, p.inter),
+            "w2_weight": m.qw2.data.to(device).contiguous(),
+            "w2_weight_sf": mma_scales(m.qw2.scales.view(torch.uint8), p.hidden, p.inter),
             "token_selected_experts": ops.topk_ids.to(device=device, dtype=torch.int32).contiguous(),
             "token_final_scales": ops.topk_weights.to(device=device, dtype=torch.float32).contiguous(),
             "num_experts": e, "top_k": p.top_k,
-            "w1_alpha": (1.0 / gs_w1).contiguous(),
-            "w2_alpha": (1.0 / (gs_2 * gs_w2)).contiguous(),
-            "fc2_input_scale": (1.0 / gs_2).contiguous(),
-            "input_global_scale": (1.0 / gs_a).contiguous(),
+            "w1_alpha": (1.0 / m.gs_w1).contiguous(),
+            "w2_alpha": (1.0 / (m.gs_2 * m.gs_w2)).contiguous(),
+            "fc2_input_scale": (1.0 / m.gs_2).reshape(1),
+            "input_global_scale": (1.0 / m.gs_a).reshape(1),
         }
-        return call, gs_2.reshape(())
+        return call, m.gs_2
 
     def run(self, prepared: Prepared, tactic: Tactic) -> torch.Tensor:
         return self._library().fused_moe(output=prepared.out, **prepared.args["call"])
