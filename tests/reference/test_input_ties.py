@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fp4bench import formats
-from fp4bench.reference.input_ties import input_deviation, requant_moves
+from fp4bench.reference.input_ties import input_deviation, off_ties, requant_moves
 from fp4bench.reference.moe import input_tie_term, moe_error_bound, reference_moe
 from fp4bench.workload.operands import dequantize, make_operands
 from fp4bench.workload.problems import MoEProblem
@@ -68,18 +68,41 @@ def test_a_kernel_rounding_a_tie_the_other_way_stays_within_the_bound():
     ref = reference_moe(ops, **opts)
     got = reference_moe(kernel_ops, **opts)
     assert float((got - ref).abs()[0].max()) > 0
-    term = input_tie_term(ops, dequantize(ops.qa), opts["fc2_act_global_scale"])
+    term = input_tie_term(ops, dequantize(ops.qa), ops.a, opts["fc2_act_global_scale"])
     open_token = input_deviation(ops.a, ops.qa.global_scale).amax(dim=1) > 0
     assert bool(open_token[0]) and bool((term[0] > 0).any())
     assert bool((term[~open_token] == 0).all())  # a token without a tie adds nothing
-    assert bool(((got - ref).abs() <= moe_error_bound(ops, ref, **opts, kernel_quantizes_input=True)).all())
+    assert bool(((got - ref).abs() <= moe_error_bound(ops, ref, **opts, kernel_input=ops.a)).all())
 
 
 def test_the_option_needs_nvfp4_activations():
     p = MoEProblem(hidden=128, inter=64, num_experts=2, top_k=1, topk_ids=((0,), (1,)))
     ops = make_operands(p, "bf16", "nvfp4", seed=0)
-    with pytest.raises(ValueError, match="kernel_quantizes_input needs NVFP4 activations"):
-        moe_error_bound(ops, torch.zeros(2, 128), kernel_quantizes_input=True)
+    with pytest.raises(ValueError, match="kernel_input needs NVFP4 activations"):
+        moe_error_bound(ops, torch.zeros(2, 128), kernel_input=ops.a)
+
+
+def test_a_kernel_input_that_does_not_quantize_to_qa_is_refused():
+    p = MoEProblem(hidden=128, inter=64, num_experts=2, top_k=1, topk_ids=((0,), (1,)))
+    ops = make_operands(p, "nvfp4", "nvfp4", seed=0)
+    with pytest.raises(ValueError, match="not the quantization of kernel_input"):
+        reference_moe(ops, kernel_input=ops.a * 2)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_values_moved_off_ties_keep_our_bytes_and_open_no_block(seed):
+    x = torch.randn(16, 256, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    x[0, :48] = torch.cat([_row(12.0, 5.0), _row(12.75, 1.0), _row(12.0, -5.0)]).to(torch.bfloat16)
+    gs = torch.tensor(1.0)
+    assert bool((input_deviation(x, gs) > 0).any())
+    moved = off_ties(x, gs)
+    ours, theirs = formats.nvfp4_quantize(x, gs), formats.nvfp4_quantize(moved, gs)
+    assert torch.equal(theirs.data, ours.data) and torch.equal(theirs.scales.view(torch.uint8), ours.scales.view(torch.uint8))
+    assert not bool((input_deviation(moved, gs) > 0).any())
+    ulps = (moved.view(torch.int16).int() - x.view(torch.int16).int()).abs()
+    assert int(ulps.max()) == 1 and int((ulps > 0).sum()) <= 0.05 * x.numel()
+    assert float(moved[0, 1]) < 5.0 and float(moved[0, 33]) > -5.0  # 2.5 -> 2 (even): toward the code taken
+
 
 
 def test_a_moved_value_moves_its_code_only_across_a_rounding_boundary():

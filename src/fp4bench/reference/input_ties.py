@@ -27,7 +27,10 @@ and a quantizer within that window of ours -- what a GEMM2 input moves by when G
 
 ``input_deviation(x, gs)`` is the ``dv = 0`` case (the kernel reads our very values). On bf16 data
 a block in a hundred or so is open (8-bit significands times an fp32 scale land *exactly* on E2M1
-midpoints far more often than a continuous draw would), and then only its tied elements move.
+midpoints far more often than a continuous draw would), and then only its tied elements move; at a
+hidden size of thousands nearly every token holds one, and the term, carried rigorously through
+both GEMMs, is several times ``|ref|`` there. ``off_ties(x, gs)`` therefore moves each such value
+one bf16 ulp toward the rounding we took: same bytes, nothing left open, the term exactly zero.
 """
 
 from __future__ import annotations
@@ -77,3 +80,36 @@ def input_deviation(x: torch.Tensor, global_scale: torch.Tensor | float) -> torc
     """float32 ``[..., K]``: how far the kernel's decoded NVFP4 of ``x`` (the values it reads,
     quantized with our encode scale ``global_scale``) may be from ours; zero off near-ties."""
     return requant_moves(x, 0.0, global_scale)
+
+
+def off_ties(x: torch.Tensor, global_scale: torch.Tensor | float) -> torch.Tensor:
+    """bf16 ``x`` with every value that opens a block moved by one bf16 ulp toward the rounding our
+    quantizer chose: ``nvfp4_quantize`` gives the same bytes and no block stays open, so a kernel that
+    quantizes the result itself has one right answer, our bytes, and the bound needs no tie term.
+
+    An element tie (``x * gs / SF`` at an E2M1 midpoint) moves toward the code we took; a scale tie
+    moves the block's largest values toward the E4M3 scale we took. One bf16 ulp is 2^-8..2^-7
+    relative, far outside ``TIE_REL`` and far inside the distance to the next boundary (the largest
+    value of a block encodes to 5.6..6.4, no element tie; the others keep their scale). ValueError
+    if a value is still open afterwards (then the premise failed: nothing is assumed).
+    """
+    if x.dtype != torch.bfloat16:
+        raise ValueError(f"off_ties: needs bf16 values (one bf16 ulp is the step), got {x.dtype}")
+    k = x.shape[-1]
+    gs = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
+    shape = (*x.shape[:-1], k // NVFP4_BLOCK, NVFP4_BLOCK)
+    blocks = x.to(torch.float32).reshape(shape)
+    amax = block_amax(blocks)
+    v = gs * (amax / E2M1_MAX)
+    sf = _e4m3(v)
+    scale_tie = (_e4m3(v * (1 - TIE_REL)) != _e4m3(v * (1 + TIE_REL))) & (blocks.abs() == amax)
+    y = blocks * torch.where(sf > 0, gs / sf, torch.zeros_like(sf))
+    elem_tie = encode_(y * (1 - TIE_REL)) != encode_(y * (1 + TIE_REL))
+    # +1 on the raw bits of a bf16 grows its magnitude (sign-magnitude), -1 shrinks it
+    grow = torch.where(scale_tie, sf > v, _decoded(y).abs() > y.abs())
+    step = torch.where(scale_tie | elem_tie, torch.where(grow, 1, -1), 0).to(torch.int16)
+    out = (x.reshape(shape).view(torch.int16) + step).view(torch.bfloat16).reshape(x.shape)
+    still = int((input_deviation(out, gs) > 0).sum())
+    if still:
+        raise ValueError(f"off_ties: {still} values still within {TIE_REL:g} of a rounding boundary after one ulp")
+    return out

@@ -6,15 +6,18 @@ b12x_moe.py:115, the same signature in 0.7.2.post1 and 0.7.4) the way its own te
 otherwise (``activation="silu"``, ``quant_mode=None`` -> NVFP4 from ``activation_precision="fp4"``):
 
 * activations: the bf16 originals ``Operands.a``; the kernel quantizes them itself (the routing,
-  FC1, SwiGLU, FC2 and scatter run in one pipeline). ``input_global_scale`` is the activations'
+  FC1, SwiGLU, FC2 and scatter run in one pipeline). A value within its fast-math arithmetic's reach
+  of a rounding boundary (``reference.input_ties``; on bf16 data most tokens of a real hidden size
+  hold one) is moved one bf16 ulp toward the rounding our quantizer took (``off_ties``): the kernel
+  then has exactly one right answer, ``Operands.qa``, and the bound needs no near-tie term (which,
+  rigorous, is several times ``|ref|`` on the tokens it covers). The reference option ``kernel_input``
+  names what the kernel read; the reference checks it quantizes to ``qa``. ``input_global_scale`` is the activations'
   *decode* scale ``1 / gs_a``: the library folds it into FC1's output multiplier as
   ``w1_alpha * input_global_scale`` (moe_dispatch.py ``launch_sm120_moe``), so with
   ``w1_alpha = 1 / gs_w1`` (the weights' decode scale, what the docstring calls "the exact fp32
   weight scale") the product is GEMM1's dequantization ``1 / (gs_a * gs_w1)``; the quantizer
   multiplies by its reciprocal, ``gs_a``, our encode scale (the direct micro kernel converts "ordinary
-  NVFP4 API scales" so, moe_direct_micro_kernel.py ``_input_scale_multiplier``), and so reproduces
-  ``Operands.qa``'s bytes but on near-ties of its fast-math arithmetic (``reference.input_ties``: the
-  bound's extra term). The static kernel's quantizer reads the value it is given as its multiplier
+  NVFP4 API scales" so, moe_direct_micro_kernel.py ``_input_scale_multiplier``). The static kernel's quantizer reads the value it is given as its multiplier
   (moe_static_kernel.py, ``input_scales_are_reciprocal=False``); FlashInfer's own tests use unit
   scales, which cannot tell the two readings apart. Ours are not unit: a wrong reading is off by
   ``gs_a^2`` and fails the check by orders of magnitude, so the first SM120 run settles it;
@@ -49,6 +52,7 @@ from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepar
 from fp4bench.backends.builtin import _gating
 from fp4bench.backends.builtin._moe_api import swap_gate_up
 from fp4bench.backends.builtin._moe_nvfp4 import nvfp4_moe
+from fp4bench.reference.input_ties import off_ties
 from fp4bench.workload.operands import Operands
 from fp4bench.workload.problems import MoEProblem, Problem
 
@@ -155,7 +159,7 @@ class FlashInferB12xMoE(Backend):
 
         s1 = swap_gate_up(m.qw.scales.view(torch.uint8), p.inter)
         call = {
-            "x": ops.a.to(device=device, dtype=torch.bfloat16).contiguous(),
+            "x": off_ties(ops.a.to(device=device, dtype=torch.bfloat16), m.gs_a).contiguous(),
             "w1_weight": swap_gate_up(m.qw.data, p.inter).to(device).contiguous(),
             "w1_weight_sf": mma_scales(s1, 2 * p.inter, p.hidden),
             "w2_weight": m.qw2.data.to(device).contiguous(),
@@ -175,9 +179,9 @@ class FlashInferB12xMoE(Backend):
 
     def reference_options(self, prepared: Prepared) -> dict[str, Any]:
         """GEMM1's epilogue applies SwiGLU to fp32 accumulators and re-quantizes to NVFP4 with the
-        calibrated fc2 scale; the kernel quantized the bf16 activations itself (near-tie term)."""
+        calibrated fc2 scale; the kernel quantized the bf16 activations ``x`` itself."""
         return {"intermediate": "nvfp4-fused", "fc2_act_global_scale": prepared.args["fc2_act_global_scale"],
-                "kernel_quantizes_input": True}
+                "kernel_input": prepared.args["call"]["x"]}
 
 
 BACKENDS = [FlashInferB12xMoE()]
