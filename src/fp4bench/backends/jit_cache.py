@@ -34,8 +34,10 @@ _DENSE = ("flashinfer-cutlass", "e2e-flashinfer-cutlass", "flashinfer-auto", "fl
 #: FlashInfer backends that build no JIT module of FlashInfer's: cuDNN's GEMM is the cuDNN library's
 #: (its plans are built at the first call); b12x, cute-dsl and cutedsl_low_latency are CuTe-DSL kernels, compiled in
 #: process at their first call (gemm/gemm_base.py ``_b12x_gemm_fp4_runner``, ``_cute_dsl_gemm_fp4_runner``,
-#: ``_cutedsl_low_latency_blockscaled_gemm_runner``)
-NO_JIT = ("flashinfer-cudnn", "flashinfer-b12x", "flashinfer-cute-dsl", "flashinfer-cutedsl-low-latency")
+#: ``_cutedsl_low_latency_blockscaled_gemm_runner``), as is the b12x fused MoE (fused_moe/cute_dsl/blackwell_sm12x/
+#: moe_dispatch.py ``_get_static_kernel`` / ``_get_micro_kernel`` / ``_get_dynamic_kernel``)
+NO_JIT = ("flashinfer-cudnn", "flashinfer-b12x", "flashinfer-cute-dsl", "flashinfer-cutedsl-low-latency",
+          "flashinfer-b12x-moe-nvfp4")
 #: the activation quantizers load ``fp4_quantization_<arch>`` (flashinfer/quantization/fp4_quantization.py:274-299
 #: in 0.7.2.post1: "120"/"121" become the family module "120f" under CUDA >= 12.9, what Blackwell torch builds are)
 _QUANT = ("flashinfer-fp4-quantize", "flashinfer-nvfp4-quantize", "e2e-flashinfer-cutlass")

@@ -22,6 +22,12 @@ the largest difference left between a correct kernel and the math:
 ``intermediate="fp32"``
     no intermediate rounding (the ideal math on the decoded operands).
 
+``kernel_input=x`` (FlashInfer's b12x fused MoE on SM120/121): the kernel reads bf16 activations ``x``
+and quantizes them itself with ``Operands.qa``'s global scale. The reference still decodes ``qa``,
+which must be our quantization of ``x`` (checked, but for values on a rounding near-tie);
+``moe_error_bound`` adds the near-tie term of ``reference.input_ties`` carried through both GEMMs
+(zero when ``x`` has no value on a tie: ``input_ties.off_ties``).
+
 Gate/up convention: ``Operands.w`` is ``[E, 2I, H]`` with the **gate** rows first; the
 output is ``silu(x·gateᵀ) * (x·upᵀ)``. (FlashInfer's ``cutlass_fused_moe`` wants the up
 rows first, TRT-LLM's ``w3_w1`` order: its activation kernel reads the gate from the second
@@ -38,6 +44,7 @@ from typing import Any, Literal
 import torch
 
 from fp4bench import formats
+from fp4bench.reference.input_ties import input_deviation, requant_moves
 from fp4bench.workload.operands import Operands, dequantize
 from fp4bench.workload.problems import MoEProblem
 
@@ -75,7 +82,7 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check(ops: Operands, activation: str, intermediate: str,
-           fc2_act_global_scale: torch.Tensor | float | None) -> None:
+           fc2_act_global_scale: torch.Tensor | float | None, kernel_input: torch.Tensor | None = None) -> None:
     if not isinstance(ops.problem, MoEProblem):
         raise TypeError(f"reference_moe needs MoE operands, got a {type(ops.problem).__name__}")
     if activation not in ACTIVATIONS:
@@ -85,6 +92,8 @@ def _check(ops: Operands, activation: str, intermediate: str,
     if intermediate in NVFP4_INTERMEDIATES and fc2_act_global_scale is None:
         raise ValueError(f"reference_moe: intermediate={intermediate!r} needs fc2_act_global_scale "
                          "(the encode global scale the kernel quantizes the GEMM2 input with)")
+    if kernel_input is not None:
+        _check_kernel_input(ops, kernel_input)
     if ops.topk_ids is None or ops.topk_weights is None or ops.w2 is None:
         raise ValueError("reference_moe: operands lack topk_ids / topk_weights / w2 (not MoE operands)")
     p = ops.problem
@@ -138,14 +147,16 @@ def reference_moe(
     activation: str = "swiglu",
     intermediate: Intermediate = "bf16",
     fc2_act_global_scale: torch.Tensor | float | None = None,
+    kernel_input: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """float32 ``[T, H]``: for each token, ``Σ_k topk_weight · down(act(gate_up(x)))``.
 
     ``intermediate`` says which rounding the kernel applies between and after the GEMMs
     (module docstring); ``fc2_act_global_scale`` (encode convention, scalar or ``[E]``) is
-    required for the NVFP4 intermediates.
+    required for the NVFP4 intermediates. ``kernel_input`` changes the bound only (the reference is
+    on ``qa``, the bytes a correct kernel reproduces from it).
     """
-    _check(ops, activation, intermediate, fc2_act_global_scale)
+    _check(ops, activation, intermediate, fc2_act_global_scale, kernel_input)
     p: MoEProblem = ops.problem
     x = _decoded_activations(ops)
     device = x.device
@@ -181,7 +192,8 @@ _FLIP = {"bf16": 2.0 ** -6, "nvfp4": 1.0 / 3.0, "nvfp4-fused": 1.0 / 3.0, "fp32"
 
 
 def moe_error_bound(ops: Operands, ref: torch.Tensor, intermediate: Intermediate = "bf16",
-                    fc2_act_global_scale: torch.Tensor | float | None = None) -> torch.Tensor:
+                    fc2_act_global_scale: torch.Tensor | float | None = None,
+                    kernel_input: torch.Tensor | None = None) -> torch.Tensor:
     """Elementwise bound on ``|kernel - reference_moe|`` for a correct kernel on the same bytes.
 
     ``2^-8 |ref|`` (the output's bf16 store) ``+ (FLIP + (I + H) 2^-24) * M`` with
@@ -189,9 +201,10 @@ def moe_error_bound(ops: Operands, ref: torch.Tensor, intermediate: Intermediate
     intermediate rounding (``FLIP``, worst case all of them) or fp32 reordering (Higham's
     γ_K-style term) can reach the output. Rigorous and therefore loose (M is about sqrt(I)
     times |ref| on random data): it catches layout and scale bugs, which are O(|ref|); report
-    ``max|out-ref| / max|ref|`` next to it for finer regressions.
+    ``max|out-ref| / max|ref|`` next to it for finer regressions. With ``kernel_input`` it adds
+    ``input_tie_term`` (zero unless one of those activations sits on a rounding near-tie).
     """
-    _check(ops, "swiglu", intermediate, fc2_act_global_scale)
+    _check(ops, "swiglu", intermediate, fc2_act_global_scale, kernel_input)
     p: MoEProblem = ops.problem
     x = _decoded_activations(ops)
     mag = torch.zeros((p.num_tokens, p.hidden), dtype=torch.float32, device=x.device)
@@ -199,7 +212,60 @@ def moe_error_bound(ops: Operands, ref: torch.Tensor, intermediate: Intermediate
         act = _swiglu_input(ops, x, e, tok_e, intermediate).abs()
         mag.index_add_(0, tok_e, (act @ decoded_expert_weight(ops.qw2, ops.w2, e).abs().t()) * wts_e[:, None])
     per = _FLIP[intermediate] + (p.inter + p.hidden) * 2.0 ** -24
-    return 2.0 ** -8 * ref.abs() + per * mag + torch.finfo(torch.float32).tiny
+    bound = 2.0 ** -8 * ref.abs() + per * mag + torch.finfo(torch.float32).tiny
+    if kernel_input is not None:
+        bound = bound + input_tie_term(ops, x, kernel_input, fc2_act_global_scale)
+    return bound
+
+
+def _check_kernel_input(ops: Operands, kernel_input: torch.Tensor) -> None:
+    """``qa`` must be our quantization of what the kernel quantizes, but where a value is on a tie."""
+    if not isinstance(ops.qa, formats.NVFP4):
+        raise ValueError(f"reference_moe: kernel_input needs NVFP4 activations (Operands.qa), got {type(ops.qa).__name__}")
+    if tuple(kernel_input.shape) != tuple(ops.a.shape):
+        raise ValueError(f"reference_moe: kernel_input {tuple(kernel_input.shape)} is not [T, H] = {tuple(ops.a.shape)}")
+    x = kernel_input.to(ops.qa.data.device)
+    ours = formats.nvfp4_quantize(x, global_scale=ops.qa.global_scale)
+    differs = ((ours.data != ops.qa.data).reshape(*ours.scales.shape, -1).any(-1)
+               | (ours.scales.view(torch.uint8) != ops.qa.scales.view(torch.uint8)))
+    tied = input_deviation(x, ops.qa.global_scale).reshape(*ours.scales.shape, -1).amax(-1) > 0
+    if bool((differs & ~tied).any()):
+        raise ValueError(f"reference_moe: Operands.qa is not the quantization of kernel_input in "
+                         f"{int((differs & ~tied).sum())} blocks: the reference would not be on the kernel's bytes")
+
+
+def input_tie_term(ops: Operands, x: torch.Tensor, kernel_input: torch.Tensor,
+                   fc2_act_global_scale: torch.Tensor | float) -> torch.Tensor:
+    """``[T, H]``: how far a correct kernel that quantizes ``kernel_input`` itself may move the output
+    through a near-tie of that quantization (``input_ties.input_deviation`` ``dx``; zero for the
+    tokens without one).
+
+    With ``D = dx @ |W1|^T`` split into gate/up deviations ``Dg``, ``Du`` and the fp32 GEMM1
+    outputs ``g``, ``u``: ``|silu(g')u' - silu(g)u| <= 1.1 Dg (|u| + Du) + |g| Du =: da`` (silu is
+    1.1-Lipschitz, ``|silu(g)| <= |g|``). The GEMM2 input re-quantized from the moved activation
+    then differs from ours by at most ``input_ties.requant_moves(a, da, gs_2)``, carried through
+    ``Σ_k w_k |W2_k|`` to the output (fp32; the rounding of this term is far below its size).
+    """
+    dx = input_deviation(kernel_input.to(x.device), ops.qa.global_scale)
+    out = torch.zeros((ops.problem.num_tokens, ops.problem.hidden), dtype=torch.float32, device=x.device)
+    touched = dx.amax(dim=1) > 0
+    if not bool(touched.any()):
+        return out
+    gs2 = torch.as_tensor(fc2_act_global_scale, dtype=torch.float32, device=x.device)
+    inter = ops.problem.inter
+    for e, tok_e, wts_e in _routed_groups(ops):
+        keep = touched[tok_e]
+        if not bool(keep.any()):
+            continue
+        tok_e, wts_e = tok_e[keep], wts_e[keep]
+        w1 = decoded_expert_weight(ops.qw, ops.w, e)
+        h, d = x[tok_e] @ w1.t(), dx[tok_e] @ w1.abs().t()
+        g, u, dg, du = h[:, :inter], h[:, inter:], d[:, :inter], d[:, inter:]
+        da = 1.1 * dg * (u.abs() + du) + g.abs() * du
+        g2 = gs2 if gs2.dim() == 0 or gs2.numel() == 1 else gs2[e]
+        dq = requant_moves(torch.nn.functional.silu(g) * u, da, g2.reshape(()))
+        out.index_add_(0, tok_e, (dq @ decoded_expert_weight(ops.qw2, ops.w2, e).abs().t()) * wts_e[:, None])
+    return out
 
 
 def unquantized_moe(ops: Operands, activation: str = "swiglu") -> torch.Tensor:

@@ -17,6 +17,7 @@
 Faults of the library's own choices (``fakes.flashinfer_mm_fp4``): ``mispick`` (the autotuner picks a
 tactic twice as slow as the default), ``tuned_wrong`` (the tuner's pick computes a wrong result),
 ``auto_switch`` (release 0.7.4's ``auto`` puts another backend first: the candidate of an upgrade).
+``b12x_dynamic_wrong``: the b12x fused MoE's dynamic kernel (large batches) drops its alphas.
 
 One instance of each fake library per process; the fake packages and the ``fp4sim`` pytest
 plugin both read them from here.
@@ -30,6 +31,7 @@ from fakes import flashinfer_releases as releases
 from fakes.arch import GPUS
 from fakes.decode import Misread
 from fakes.flashinfer import SM100_CONFIGS, SM120_CONFIGS, FakeFlashInfer
+from fakes.flashinfer_b12x_moe import FakeB12xMoE
 from fakes.flashinfer_mm_fp4 import FakeAutoTuner, FakeMmFp4
 from fakes.flashinfer_moe import FakeFusedMoE
 from fakes.flashinfer_trtllm_moe import FakeTrtllmMoE
@@ -39,7 +41,7 @@ from fakes.torch_scaled_mm import FakeTorchScaledMM
 from fp4bench.testing.faults import ZERO_BAND
 
 FAULTS = ("zero_band", "unswizzled_scales", "gate_up_swapped", "wrong_alpha", "can_implement", "arg_check",
-          "quant_zero_scales", "late", "copy", "padding", "mispick", "tuned_wrong", "auto_switch")
+          "quant_zero_scales", "late", "copy", "padding", "mispick", "tuned_wrong", "auto_switch", "b12x_dynamic_wrong")
 #: the faults of later launches (the dense FlashInfer fake's ``later``; ``measure.replays``)
 LATER_FAULTS = ("late", "copy", "padding")
 #: the faults of the autotuner, planted in the dense and fused-MoE tuners alike
@@ -106,6 +108,11 @@ TRTLLM_MOE = FakeTrtllmMoE(
     version=FLASHINFER, tuner=TUNER, tuner_fault=_TUNER_FAULT, call_s=CALL_S,
     fault={"gate_up_swapped": "gate_first", "unswizzled_scales": "scales_linear",
            "wrong_alpha": "ignore_global"}.get(FAULT))
+#: the b12x fused MoE (``b12x_fused_moe``, SM120/121), refusing CUDA < 13 as FlashInfer reads it (nvcc)
+B12X_MOE = FakeB12xMoE(
+    version=FLASHINFER, cuda=MM.cuda, call_s=CALL_S,
+    fault={"gate_up_swapped": "gate_first", "unswizzled_scales": "scales_linear",
+           "wrong_alpha": "ignore_alphas", "b12x_dynamic_wrong": "dynamic_wrong"}.get(FAULT))
 SGL = FakeSglKernel(sm=120 if GPU.major == 12 else 100, misread=_MIS)
 TORCH = FakeTorchScaledMM(misread=_MIS)
 #: FlashInfer's activation quantizers (``quant_zero_scales``: FlashInfer #3398) and sgl_kernel's
@@ -116,4 +123,4 @@ SGL_QUANT = FakeQuantizer(stale_padding=0x5A)  # sgl_kernel leaves its scale pad
 
 def launched() -> list[str]:
     """Kernel names launched so far by every fake (the simulated profiler's view)."""
-    return DENSE.kernels + MOE.kernels + TRTLLM_MOE.kernels + QUANT.kernels + SGL_QUANT.kernels
+    return DENSE.kernels + MOE.kernels + TRTLLM_MOE.kernels + B12X_MOE.kernels + QUANT.kernels + SGL_QUANT.kernels

@@ -41,14 +41,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from fp4bench import formats
 from fp4bench.backends.jit_cache import unbuilt_reason
 from fp4bench.backends.base import DEFAULT_TACTIC, Availability, Backend, Prepared, Tactic
 from fp4bench.backends.builtin import _gating
 from fp4bench.backends.builtin._choice import ChoiceLog, pinned
-from fp4bench.backends.builtin._marshal import fp4_pair
 from fp4bench.backends.builtin._moe_api import swap_gate_up
-from fp4bench.reference.moe import routed_intermediate_amax
+from fp4bench.backends.builtin._moe_nvfp4 import nvfp4_moe
 from fp4bench.workload.operands import Operands
 from fp4bench.workload.problems import MoEProblem, Problem
 
@@ -185,8 +183,6 @@ class FlashInferTrtllmMoE(Backend):
         if why is not None:
             raise ValueError(why)
         assert isinstance(problem, MoEProblem)
-        if operands.topk_ids is None or operands.topk_weights is None or operands.qw2 is None:
-            raise ValueError(f"{self.name}: operands are not MoE operands (no routing or fc2 weights)")
         lib = self._library()
         device = torch.device(device)
         call, gs_2 = self._marshal(lib, problem, operands, device)
@@ -200,16 +196,9 @@ class FlashInferTrtllmMoE(Backend):
 
     def _marshal(self, lib: TrtllmMoEApi, p: MoEProblem, ops: Operands, device: torch.device
                  ) -> tuple[dict[str, Any], torch.Tensor]:
-        qa, qw = fp4_pair(ops, formats.NVFP4, self.name)
-        qw2 = ops.qw2
-        if not isinstance(qw2, formats.NVFP4):
-            raise TypeError(f"{self.name}: needs NVFP4 fc2 weights, got {type(qw2).__name__}")
+        m = nvfp4_moe(ops, p.num_experts, device, self.name)
+        qa, qw, qw2, gs_a, gs_w1, gs_w2, gs_2 = m.qa, m.qw, m.qw2, m.gs_a, m.gs_w1, m.gs_w2, m.gs_2
         e = p.num_experts
-        gs_a = qa.global_scale.to(device=device, dtype=torch.float32).reshape(())
-        gs_w1 = qw.global_scale.to(device=device, dtype=torch.float32).expand(e, 1, 1).reshape(e)
-        gs_w2 = qw2.global_scale.to(device=device, dtype=torch.float32).expand(e, 1, 1).reshape(e)
-        gs_2 = formats.nvfp4_global_scale(float(routed_intermediate_amax(ops))).to(device=device,
-                                                                                    dtype=torch.float32).reshape(())
         w1 = swap_gate_up(qw.data, p.inter).to(device)
         s1 = swap_gate_up(qw.scales.view(torch.uint8), p.inter).to(device)
         fc1 = [lib.shuffle_fc1(w1[x].contiguous(), s1[x].contiguous()) for x in range(e)]

@@ -1,6 +1,7 @@
 """Fake ``flashinfer`` package (test-only): the entry points fp4bench loads, backed by the fakes."""
 
-from fp4sim_world import DENSE, MM, TUNER
+from fakes.flashinfer_b12x_moe import modules as _b12x_modules
+from fp4sim_world import B12X_MOE, DENSE, MM, TUNER
 
 __version__ = DENSE.version
 
@@ -8,6 +9,8 @@ __version__ = DENSE.version
 mm_fp4 = MM
 #: ``flashinfer.autotune`` (autotuner.py)
 autotune = TUNER.tuning
+#: ``flashinfer.b12x_fused_moe`` (fused_moe/cute_dsl/b12x_moe.py)
+b12x_fused_moe = _b12x_modules(B12X_MOE)["fused_moe"]
 
 from fakes.flashinfer_mm_fp4 import shuffle_matrix_a, shuffle_matrix_sf_a  # noqa: E402,F401
 from flashinfer.fp4_quantization import SfLayout, fp4_quantize, nvfp4_quantize  # noqa: E402,F401
