@@ -56,7 +56,8 @@ def simulate(rng, b: nt.Bench, runs: int, effect=0.0, spread: float = 1.0, other
 
 def vectorised(base: np.ndarray, new: np.ndarray, classes: np.ndarray, policy: Policy):
     """The window loop's outcome for every (run, benchmark): status code, re-measure flag and
-    new windows judged. Windows are judged 1, 2, ... up to MAX_WINDOWS while the rule says MORE."""
+    new windows judged. Windows are judged 1, 2, ... up to MAX_WINDOWS while the rule says MORE
+    (each window over the benchmarks still undecided: the rule's arrays are row by row)."""
     runs, n_bench = base.shape[:2]
     code = np.full((runs, n_bench), -1, dtype=np.int8)
     remeasure = np.zeros((runs, n_bench), dtype=bool)
@@ -69,13 +70,15 @@ def vectorised(base: np.ndarray, new: np.ndarray, classes: np.ndarray, policy: P
         again = np.zeros(b.shape[0], dtype=bool)
         k_at = np.zeros(b.shape[0], dtype=np.int8)
         for k in range(1, MAX_WINDOWS + 1):
-            delta, lo, hi, _, _, sep = rule.bounds(b, n[:, :k], s)
+            rows = np.flatnonzero(out < 0)
+            delta, lo, hi, _, _, sep = rule.bounds(b[rows], n[rows, :k], s)
             d = rule.decisions(delta, lo, hi, sep, k, s, budget_left=k < MAX_WINDOWS)
-            now = (out < 0) & (d != MORE)
-            out[now], k_at[now] = d[now], k
-            lo_same = rule.bounds(b, n[:, :k], replace(s, unit_sigma=0.0))[1]  # the windows' own bound
-            again[now] = (d[now] == AMBIGUOUS) & ((lo[now] >= s.threshold)
-                                                  | ((s.unit_sigma > 0) & (lo_same[now] >= s.threshold)))
+            now = d != MORE
+            out[rows[now]], k_at[rows[now]] = d[now], k
+            shown = lo >= s.threshold
+            if s.unit_sigma > 0:  # or the windows' own bound, without the unit term
+                shown |= rule.bounds(b[rows], n[rows, :k], replace(s, unit_sigma=0.0))[1] >= s.threshold
+            again[rows[now]] = (d[now] == AMBIGUOUS) & shown[now]
         code[:, cols], remeasure[:, cols], taken[:, cols] = (x.reshape(runs, -1) for x in (out, again, k_at))
     return code, remeasure, taken
 
