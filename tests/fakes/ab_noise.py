@@ -24,6 +24,7 @@ no budget comparison of the runner lands on a tie.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +104,13 @@ def turn_of(k: int, slot: int, cfg) -> int:
 def suite_rows(kind: str, n: int, rng: np.random.Generator) -> list[Row]:
     """``n`` rows of ``kind`` drawn from the committed H200 baseline's benchmarks of that kind
     (``noise_model.h200_suite``; torch-reference rows, which ab times only when named, left out)."""
+    pool = _pool(kind)
+    return [pool[i] for i in rng.integers(0, len(pool), n)]
+
+
+@functools.cache
+def _pool(kind: str) -> tuple[Row, ...]:
+    """Every row of ``kind`` the committed H200 baseline gives (read once a process)."""
     from fp4bench.gate.baseline import load_baseline
 
     pool = []
@@ -115,7 +123,7 @@ def suite_rows(kind: str, n: int, rng: np.random.Generator) -> list[Row]:
         place = nm.AB_PLACE_DENSE if kind == "dense" else nm.PLACE_SIGMA[kind]
         drift = nm.FP8_GROUPED_DRIFT if kind == "grouped" and info.get("backend") == "torch-fp8" else 0.0
         pool.append(Row(kind, sd, place, drift))
-    return [pool[i] for i in rng.integers(0, len(pool), n)]
+    return tuple(pool)
 
 
 class Fake:
@@ -140,7 +148,7 @@ class Fake:
         from fp4bench import clock
 
         op, st = req.get("op"), self.state.setdefault(process.serial, {})
-        st["round"] = None
+        st["call_s"] = CALL_S  # every kernel call of this request (outside a round: its scale)
         if self.gpu is not None:
             self.gpu.on_request(process, req)
         if op == "check":
@@ -152,21 +160,24 @@ class Fake:
         elif op == "time" and req.get("kernel_time"):  # a capture (span timer: profiled once)
             clock.advance(CAPTURE_S[self.rows.rows[st["bench"]].kind])
         elif op == "time":
-            st["round"] = st["k"]
+            k = st["k"]
             st["k"] += 1
+            st["call_s"] = self._round_call_s(st["bench"], process.side, st["slot"], k)
             clock.advance(ROUND_S[self.rows.rows[st["bench"]].kind])
         return None
 
-    def kernel_s(self, process, t: float) -> float:
-        st = self.state.get(process.serial) or {}
-        if st.get("round") is None:
-            return CALL_S
-        offset, x = self.rows.draws(st["bench"], process.side, st["slot"])
-        k = st["round"]
+    def _round_call_s(self, bench: int, side: str, slot: int, k: int) -> float:
+        """The time of every kernel call of the process's ``k``-th round (drawn once a round: a
+        round times hundreds of calls)."""
+        offset, x = self.rows.draws(bench, side, slot)
         y = offset + x[k]
         if self.solo:
-            y += self.rows.turn_terms(st["bench"], process.side, st["slot"])[turn_of(k, st["slot"], self.cfg)]
+            y += self.rows.turn_terms(bench, side, slot)[turn_of(k, slot, self.cfg)]
         return CALL_S * math.exp(y)
+
+    def kernel_s(self, process, t: float) -> float:
+        st = self.state.get(process.serial)
+        return CALL_S if st is None else st["call_s"]
 
     def behaviour(self, side: str):
         from fakes import inproc_worker as inproc

@@ -5,8 +5,8 @@
 * This file is also a PEP 517 build backend (``build_wheel``/``build_editable``): a project
   whose ``pyproject.toml`` names it with ``backend-path`` builds with nothing to download.
 * ``make_venv`` lays out a virtual environment the way ``python -m venv --without-pip`` does
-  (``pyvenv.cfg``, ``bin/python``) and adds a ``bin/pip`` that runs the given pip with
-  ``--python`` on it: a venv in milliseconds instead of an ``ensurepip`` run per venv.
+  (``pyvenv.cfg``, ``bin/python``) and adds a ``bin/pip`` that runs this interpreter's pip on
+  the venv's own interpreter: a venv in milliseconds instead of an ``ensurepip`` run per venv.
 """
 
 from __future__ import annotations
@@ -39,8 +39,12 @@ def make_wheel(out: Path, name: str, version: str, requires: tuple[str, ...] = (
     return path
 
 
-def make_venv(where: Path, pip_python: str = sys.executable) -> Path:
-    """A venv at ``where`` whose ``bin/pip`` is ``pip_python -m pip --python where/bin/python``."""
+def make_venv(where: Path) -> Path:
+    """A venv at ``where`` whose ``bin/pip`` is this interpreter's pip run by the venv's own
+    ``bin/python`` (as a venv's pip runs), from a folder that holds pip's package and nothing
+    else: no distribution of this interpreter is seen as installed in the venv."""
+    import pip as pip_package
+
     base = Path(getattr(sys, "_base_executable", sys.executable))
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     (where / "lib" / ver / "site-packages").mkdir(parents=True, exist_ok=True)
@@ -50,8 +54,13 @@ def make_venv(where: Path, pip_python: str = sys.executable) -> Path:
     for n in ("python", "python3"):
         if not (where / "bin" / n).exists():
             (where / "bin" / n).symlink_to(base)
+    only_pip = where / "pip-only"
+    only_pip.mkdir(exist_ok=True)
+    if not (only_pip / "pip").exists():
+        (only_pip / "pip").symlink_to(Path(pip_package.__file__).parent)
     pip = where / "bin" / "pip"
-    pip.write_text(f'#!/bin/sh\nexec "{pip_python}" -m pip --python "{where}/bin/python" "$@"\n')
+    pip.write_text(f'#!/bin/sh\nexec "{where}/bin/python" -c "import sys; sys.path.insert(0, \'{only_pip}\'); '
+                   f'from pip._internal.cli.main import main; sys.exit(main())" "$@"\n')
     pip.chmod(0o755)
     return where
 
@@ -77,4 +86,4 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
 
 
 if __name__ == "__main__":  # python dists.py venv DIR  (the fake `python3 -m venv DIR`)
-    make_venv(Path(sys.argv[2]).resolve(), os.environ.get("FAKE_PIP_PYTHON", sys.executable))
+    make_venv(Path(sys.argv[2]).resolve())

@@ -2,7 +2,7 @@
 parent side (``fp4bench.run.worker.pool``) is tested in milliseconds. What it does with a case is
 named by the case's backend (``fault-`` prefix optional): ``abort`` calls os.abort(), ``hang`` sleeps, ``sticky`` answers
 a fatal (poisoned-context) reply and exits, ``sticky-linger`` does too but leaves a child holding its stdout
-open for a second (its EOF then reaches the parent after a replacement has started), anything else answers
+open for 0.3 s (its EOF then reaches the parent after a replacement has started), anything else answers
 one measured sample."""
 
 import json
@@ -21,7 +21,7 @@ for line in sys.stdin:
     if backend == "hang":
         time.sleep(3600)
     if backend == "sticky-linger":
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"], stdout=sys.stdout, stdin=subprocess.DEVNULL)
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"], stdout=sys.stdout, stdin=subprocess.DEVNULL)
         backend = "sticky"
     if backend == "sticky":
         print(json.dumps({"type": "result", "status": "failed", "reason": "CUDA context poisoned: simulated",

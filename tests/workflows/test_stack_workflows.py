@@ -22,7 +22,7 @@ import pytest
 
 from fakes.dists import make_venv, make_wheel
 from fakes.paths import FAKES, ROOT
-from fp4bench.cli.stack import installed, read_pins
+from fp4bench.cli.stack import installed, read_pins, stack_main
 
 yaml = pytest.importorskip("yaml")
 WF = ROOT / ".github" / "workflows"
@@ -97,8 +97,7 @@ def world(tmp_path_factory):
     deployed = make_venv(tmp / "deployed")
     subprocess.run([str(deployed / "bin" / "pip"), "install", "-q", *(f"{k}=={v}" for k, v in DEPLOYED.items())],
                    env=env, check=True, cwd=tmp)
-    subprocess.run([sys.executable, "-m", "fp4bench", "stack", "freeze", "--runner", "r1", "--python", str(deployed),
-                    "--stack-dir", str(ws / "stack")], env=dict(env, PYTHONPATH=str(ROOT / "src")), check=True)
+    assert stack_main(["freeze", "--runner", "r1", "--python", str(deployed), "--stack-dir", str(ws / "stack")]) == 0
     return {"ws": ws, "env": env, "log": tmp / "calls.jsonl"}
 
 
@@ -194,8 +193,6 @@ def test_nightly_without_a_stack_file_stops_with_the_way_to_write_it(world, gate
 
 
 def test_stack_check_lists_what_differs(world, gate, capsys):
-    from fp4bench.cli.stack import stack_main
-
     ws = world["ws"]
     assert stack_main(["freeze", "--file", str(ws / "stack" / "r1.txt"), "--python", str(ws / ".venv-candidate"),
                        "--check"]) == 1
