@@ -18,6 +18,14 @@ machine, as a fresh process would be:
 * ``_gating.probe_import`` imports in this process: the probe exists because a real native
   extension may abort the interpreter that imports it, and the simulated ones (pure Python)
   cannot; a child interpreter importing torch costs seconds a run;
+* the modules of installed distributions (site-packages: pytest's plugins such as hypothesis's and
+  pytest-benchmark, and what they import) are kept once imported: a run cannot change them, and
+  each fresh import would be assertion-rewritten again (the entry-point plugins' packages are,
+  and ``PYTHONDONTWRITEBYTECODE`` leaves no cached rewrite), ~1 s a run for hypothesis alone;
+* the objects alive before the run are set aside from the garbage collector for its duration
+  (``gc.freeze``): the runner's ``release`` calls ``gc.collect()`` before every gated window,
+  which over this test process's heap costs ~0.3 s a call and in a ``pytest bench`` process a
+  fraction of it; it still collects everything the run itself made;
 * ``sys.path``, the working directory, the registry and torch's thread count are restored.
 
 ``run`` returns what ``subprocess.run(..., capture_output=True, text=True)`` would: the exit
@@ -26,9 +34,11 @@ status, stdout and stderr.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +55,16 @@ KEPT = ("fp4sim_ops",)
 _ADAPTERS = "fp4bench.backends.builtin."
 
 
+#: where installed distributions live (their modules are kept)
+_INSTALLED = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("purelib", "platlib")})
+
+
 def _kept(name: str) -> bool:
-    return name in KEPT or (name.startswith("fp4bench.") and not _adapter(name))
+    return name in KEPT or (name.startswith("fp4bench.") and not _adapter(name)) or _installed(name)
+
+
+def _installed(name: str) -> bool:
+    return (getattr(sys.modules.get(name), "__file__", None) or "").startswith(_INSTALLED)
 
 
 def _adapter(name: str) -> bool:
@@ -105,11 +123,13 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
         for name in [m for m in sys.modules if _adapter(m)]:
             del sys.modules[name]  # back after the run (the snapshot)
         capture.start_capturing()
+        gc.freeze()
         try:
             ret = pytest.main([str(a) for a in args], plugins=[_NoGcCollect()])
         except SystemExit as exc:
             ret = exc.code
         finally:
+            gc.unfreeze()
             out, err = capture.readouterr()
             capture.stop_capturing()
     finally:
