@@ -7,10 +7,10 @@ fault must end in its own named outcome: an autotuner pick twice as slow as the 
 (``tuned_wrong``: a mismatch naming the library's choice, #3197), and a candidate release whose
 ``auto`` runs another backend (``auto_switch``: "choice changed", FAIL as it is slower).
 
-Why these tests take seconds each: every one is a whole ``pytest bench`` process (the plugin, the
-sweep, the checks); each selects the few cases it needs (one problem by ``-k``), and the timed
-ones sleep out a simulated launch of 50 ms (``FP4SIM_CALL_S``) so that the simulated device time,
-not this machine's load, decides the comparison.
+Each is a whole ``pytest bench`` session (the plugin, the sweep, the checks) run inside this process
+(``fakes/sim/fp4sim_session.py``) on the simulated clock (``FP4SIM_CLOCK=sim``): a simulated launch
+(``FP4SIM_CALL_S``) advances it by exactly its simulated device time, so the simulated device time
+alone decides every comparison, whatever this machine's load, and nothing is slept.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import re
 
 import pytest
 
-from fakes.sim_bench import run_bench, case_outcomes
+from fakes.sim_bench import bench, case_outcomes
 from fakes.wrapped import unwrapped
 
-#: a simulated launch of 50 ms: well above the fake's own CPU work (a few ms, up to ~30 ms on a loaded
-#: 2-core machine), so the simulated device time decides the comparisons
-TIMED = {"FP4SIM_CALL_S": "0.05"}
+#: a simulated launch of 50 ms on the simulated clock: longer than the sampler's target sample (1 ms)
+#: and the time budget (``QUICK``), so each sample is one call and each case the fewest calls
+TIMED = {"FP4SIM_CALL_S": "0.05", "FP4SIM_CLOCK": "sim"}
 #: per simulated GPU: the environment (nvcc 13 on SM120: b12x is auto's first) and the rows
 MACHINES = {
     "B200": ({}, "flashinfer-cutlass,flashinfer-auto-tuned,flashinfer-cutlass-moe-nvfp4,"
@@ -38,7 +38,7 @@ ONE_PROBLEM = ("--fp4-batches", "1", "-k", "shared_down or moe")
 @pytest.mark.parametrize("gpu", list(MACHINES))
 def test_an_autotuner_pick_twice_as_slow_as_the_default_is_named_a_mispick(tmp_path, gpu):
     env, backends, kinds = MACHINES[gpu]
-    res = run_bench(tmp_path, *ONE_PROBLEM, "--fp4-backends", backends, "--fp4-kinds", kinds, gpu=gpu,
+    res = bench(tmp_path, *ONE_PROBLEM, "--fp4-backends", backends, "--fp4-kinds", kinds, gpu=gpu,
                     fault="mispick", env={**env, **TIMED})
     got = case_outcomes(res)
     tuned = {k for k in got if "-tuned-" in k}
@@ -56,7 +56,7 @@ def test_an_autotuner_pick_twice_as_slow_as_the_default_is_named_a_mispick(tmp_p
 @pytest.mark.parametrize("gpu", list(MACHINES))
 def test_a_wrong_tuned_tactic_fails_its_check_naming_the_librarys_choice(tmp_path, gpu):
     env, backends, kinds = MACHINES[gpu]
-    res = run_bench(tmp_path, *ONE_PROBLEM, "--fp4-backends", backends, "--fp4-kinds", kinds, "--benchmark-disable",
+    res = bench(tmp_path, *ONE_PROBLEM, "--fp4-backends", backends, "--fp4-kinds", kinds, "--benchmark-disable",
                     gpu=gpu, fault="tuned_wrong", env=env)
     got = case_outcomes(res)
     tuned = {k for k in got if "-tuned-" in k}
@@ -78,11 +78,11 @@ def test_a_candidate_release_whose_auto_runs_another_backend_is_a_changed_choice
     ``flashinfer-auto`` row FAILs (cuDNN is 1.5x CUTLASS's simulated time) and says what changed."""
     args = ("--fp4-batches", "1", "-k", "shared_down", "--fp4-backends", "flashinfer-auto", "--fp4-kinds", "dense")
     base = tmp_path / "base.json"
-    res = run_bench(tmp_path, *args, "--fp4-save-baseline", str(base), gpu=gpu, fault="auto_switch", env={**env, **TIMED})
+    res = bench(tmp_path, *args, "--fp4-save-baseline", str(base), gpu=gpu, fault="auto_switch", env={**env, **TIMED})
     assert res.returncode == 0, res.stdout[-3000:]
     (row,) = json.loads(base.read_text())["benchmarks"]
     assert row["extra_info"]["choice"]["backend"] == was
-    res = run_bench(tmp_path, *args, "--fp4-baseline-file", str(base), gpu=gpu, flashinfer="0.7.4", fault="auto_switch",
+    res = bench(tmp_path, *args, "--fp4-baseline-file", str(base), gpu=gpu, flashinfer="0.7.4", fault="auto_switch",
                     env={**env, **TIMED})
     out = unwrapped(res.stdout)
     assert res.returncode == 1 and "what changed: flashinfer 0.7.2.post1 → 0.7.4" in out, out[-3000:]

@@ -13,20 +13,15 @@ torch ops can wait a scheduler time slice for a descheduled thread.
 """
 
 import contextlib
-import os
 
 import pytest
 import torch
 
 import fp4sim
-from fp4bench import clock
 
 torch.set_num_threads(1)
 fp4sim.install(pytest.MonkeyPatch())
 #: the simulated clock of a worker, entered for the life of the process
 _PROCESS = contextlib.ExitStack()
-if os.environ.get("FP4SIM_CLOCK") == "sim":
-    _PROCESS.enter_context(clock.using(clock.SimClock()))
-elif os.environ.get("FP4SIM_CLOCK"):
-    raise ValueError(f"FP4SIM_CLOCK={os.environ['FP4SIM_CLOCK']!r}: use sim, or leave it unset for the real clock")
+_PROCESS.enter_context(fp4sim.simulated_clock())
 BACKENDS: list = []

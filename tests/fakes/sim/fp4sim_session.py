@@ -15,9 +15,6 @@ machine, as a fresh process would be:
   run's fake ``flashinfer``. fp4bench's other modules are kept once imported (imported and
   assertion-rewritten once, not once a run): the simulation patches them only through
   ``monkeypatch``, undone at the end of each run;
-* ``_gating.probe_import`` imports in this process: the probe exists because a real native
-  extension may abort the interpreter that imports it, and the simulated ones (pure Python)
-  cannot; a child interpreter importing torch costs seconds a run;
 * the modules of installed distributions (site-packages: pytest's plugins such as hypothesis's and
   pytest-benchmark, and what they import) are kept once imported: a run cannot change them, and
   each fresh import would be assertion-rewritten again (the entry-point plugins' packages are,
@@ -48,7 +45,6 @@ import torch
 from _pytest.capture import _get_multicapture
 
 from fp4bench.backends import registry
-from fp4bench.backends.builtin import _gating
 
 #: modules an in-process run keeps after it (besides those of tests/conftest.py)
 KEPT = ("fp4sim_ops",)
@@ -69,16 +65,6 @@ def _installed(name: str) -> bool:
 
 def _adapter(name: str) -> bool:
     return name.startswith(_ADAPTERS) and not name[len(_ADAPTERS):].startswith("_")
-
-
-def _probe_here(module: str, timeout_s: float = 0.0) -> _gating.ImportProbe:
-    """``_gating.probe_import`` in this process: the outcome the child's last line of stderr
-    would give."""
-    try:
-        importlib.import_module(module)
-    except Exception as exc:  # what would end the child with a traceback
-        return _gating.ImportProbe(False, _gating._last_line(f"{type(exc).__name__}: {exc}"))
-    return _gating.ImportProbe(True)
 
 
 @dataclass(frozen=True)
@@ -109,7 +95,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
     modules = _pytest.pytester.SysModulesSnapshot(preserve=_kept)
     paths = _pytest.pytester.SysPathsSnapshot()
     saved_env, saved_cwd, threads = dict(os.environ), os.getcwd(), torch.get_num_threads()
-    saved_registry, probe = (registry._registry, registry._loaded_builtins), _gating.probe_import
+    saved_registry = registry._registry, registry._loaded_builtins
     capture = _get_multicapture("sys")
     try:
         for var in [v for v in os.environ if v.startswith("PYTEST_XDIST_")]:
@@ -119,7 +105,6 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
         os.chdir(cwd)
         importlib.invalidate_caches()
         registry._registry, registry._loaded_builtins = {}, False
-        _gating.probe_import = _probe_here
         for name in [m for m in sys.modules if _adapter(m)]:
             del sys.modules[name]  # back after the run (the snapshot)
         capture.start_capturing()
@@ -133,7 +118,6 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
             out, err = capture.readouterr()
             capture.stop_capturing()
     finally:
-        _gating.probe_import = probe
         registry._registry, registry._loaded_builtins = saved_registry
         torch.set_num_threads(threads)
         os.chdir(saved_cwd)
