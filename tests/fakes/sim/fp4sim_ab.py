@@ -10,9 +10,17 @@ waits for the workers' answers are real.
 
 torch runs on one intra-op thread: on a loaded machine each parallel region of the fake's small
 torch ops can wait a scheduler time slice for a descheduled thread.
+
+The objects alive once the simulation is installed (torch's, fp4bench's, the fakes') are set aside
+from the garbage collector for the life of the process (``gc.freeze``): a worker's ``release``
+calls ``gc.collect()`` for every benchmark it drops, and the interpreter collects again at exit,
+each ~0.1 s of CPU over a torch process's heap, for the few simulated benchmarks here several
+times their own work; what the worker allocates afterwards (operands, captures) is collected as
+before.
 """
 
 import contextlib
+import gc
 
 import pytest
 import torch
@@ -25,3 +33,4 @@ fp4sim.install(pytest.MonkeyPatch())
 _PROCESS = contextlib.ExitStack()
 _PROCESS.enter_context(fp4sim.simulated_clock())
 BACKENDS: list = []
+gc.freeze()
