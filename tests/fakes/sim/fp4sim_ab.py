@@ -22,13 +22,24 @@ before.
 import contextlib
 import gc
 
-import pytest
 import torch
 
 import fp4sim
 
+
+class _ForLife:
+    """What ``fp4sim.install`` asks of a ``pytest.MonkeyPatch``, for a process that keeps the
+    simulation until it exits (importing pytest would cost every worker ~0.2 s)."""
+
+    setattr = staticmethod(setattr)
+
+    @staticmethod
+    def setitem(mapping, key, value) -> None:
+        mapping[key] = value
+
+
 torch.set_num_threads(1)
-fp4sim.install(pytest.MonkeyPatch())
+fp4sim.install(_ForLife())
 #: the simulated clock of a worker, entered for the life of the process
 _PROCESS = contextlib.ExitStack()
 _PROCESS.enter_context(fp4sim.simulated_clock())
