@@ -24,7 +24,7 @@ import pytest
 from fakes.flashinfer import SM120_CONFIGS
 from fakes.paths import ROOT
 from fakes.sim import fp4sim_session
-from fakes.sim_bench import FLASHINFER, SIM, bench, outcomes, sim_path
+from fakes.sim_bench import FLASHINFER, SIM, TIMED, bench, outcomes, sim_path
 from fakes.wrapped import unwrapped
 
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
@@ -142,8 +142,12 @@ def test_sglang_rows_need_the_sglang_runner_stack(tmp_path):
 
 
 def _fi_dense_all(tmp_path: Path, *args: str, library: str = "") -> fp4sim_session.Run:
+    """Every simulated tactic of the SM100 dense backend, timed on the simulated clock (``TIMED``):
+    each launch of every tactic and build takes the same simulated time, so the baseline and an
+    unchanged library time alike exactly, and only identity verdicts can fail these runs at the
+    default floor."""
     return bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass", "--fp4-kinds", "dense",
-                 "--fp4-tactics", "all", *args, library=library)
+                 "--fp4-tactics", "all", *args, library=library, env=TIMED)
 
 
 @pytest.fixture(scope="module")
@@ -158,25 +162,21 @@ def sm100_baseline(tmp_path_factory) -> Path:
     return path
 
 
-# Timing is not what these three runs test (tiny CPU cases on a shared machine): the floor
-# (999 %) is set so that only identity verdicts can fail them.
 def test_unchanged_library_passes_its_own_baseline(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline))
     assert res.returncode == 0, res.stdout[-3000:]
     assert "kernel change" not in res.stdout
 
 
 def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
-                        library="dropped")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), library="dropped")
     assert res.returncode == 1, res.stdout[-3000:]
     lost = [v for v in verdict_rows(res.stdout) if v.startswith("FAIL (lost tactic)")]
     assert any("t02" in v and "no tactic of flashinfer-cutlass runs it now" in v for v in lost), res.stdout[-3000:]
 
 
 def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
-                        library="reordered")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), library="reordered")
     assert res.returncode == 0, res.stdout[-3000:]
     changed = [v for v in verdict_rows(res.stdout) if "now runs another kernel" in v]
     assert any("tactic t01 now runs another kernel" in ln and "now runs as tactic t02" in ln for ln in changed), \

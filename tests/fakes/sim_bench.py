@@ -15,6 +15,11 @@ from fakes.wrapped import unwrapped
 SIM = ROOT / "tests" / "fakes" / "sim"
 QUICK = ("--fp4-models", "sim-tiny", "--fp4-time-budget", "0.02", "--fp4-min-samples", "5")
 FLASHINFER = ("0.7.2.post1", "0.7.4")  # the simulated releases (tests/fakes/flashinfer_releases.py)
+#: timed runs: a simulated launch of 50 ms on the simulated clock (``FP4SIM_CLOCK=sim``), which moves
+#: by exactly that much per launch: the simulated device time alone is timed, whatever this machine's
+#: load, and nothing is slept. Longer than the sampler's target sample (1 ms) and the time budget
+#: (``QUICK``): each sample is one call and each case the fewest calls.
+TIMED = {"FP4SIM_CALL_S": "0.05", "FP4SIM_CLOCK": "sim"}
 
 
 def sim_path(flashinfer: str) -> str:
