@@ -15,10 +15,12 @@ machine, as a fresh process would be:
   run's fake ``flashinfer``. fp4bench's other modules are kept once imported (imported and
   assertion-rewritten once, not once a run): the simulation patches them only through
   ``monkeypatch``, undone at the end of each run;
-* the modules of installed distributions (site-packages: pytest's plugins such as hypothesis's and
-  pytest-benchmark, and what they import) are kept once imported: a run cannot change them, and
-  each fresh import would be assertion-rewritten again (the entry-point plugins' packages are,
-  and ``PYTHONDONTWRITEBYTECODE`` leaves no cached rewrite), ~1 s a run for hypothesis alone;
+* the fake libraries' building blocks (``fakes.*``: classes and functions without state, each
+  run's instances are its ``fp4sim_world``'s) and the modules of installed distributions
+  (site-packages: pytest's plugins such as hypothesis's and pytest-benchmark, and what they import)
+  are kept once imported: a run cannot change them, and each fresh import would compile them
+  again (``PYTHONDONTWRITEBYTECODE`` leaves no cached bytecode), the entry-point plugins' packages
+  assertion-rewritten, ~1 s a run for hypothesis alone;
 * the objects alive before the run are set aside from the garbage collector for its duration
   (``gc.freeze``): the runner's ``release`` calls ``gc.collect()`` before every gated window,
   which over this test process's heap costs ~0.3 s a call and in a ``pytest bench`` process a
@@ -56,7 +58,8 @@ _INSTALLED = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("pureli
 
 
 def _kept(name: str) -> bool:
-    return name in KEPT or (name.startswith("fp4bench.") and not _adapter(name)) or _installed(name)
+    return (name in KEPT or (name.startswith("fp4bench.") and not _adapter(name)) or name.startswith("fakes.")
+            or _installed(name))
 
 
 def _installed(name: str) -> bool:
