@@ -24,50 +24,13 @@ import pytest
 from fakes.flashinfer import SM120_CONFIGS
 from fakes.paths import ROOT
 from fakes.sim import fp4sim_session
+from fakes.sim_bench import FLASHINFER, SIM, TIMED, bench, outcomes, sim_path
 from fakes.wrapped import unwrapped
 
-SIM = ROOT / "tests" / "fakes" / "sim"
 BLACKWELL = ("flashinfer-cutlass", "flashinfer-cutlass-moe-nvfp4", "sgl-kernel", "sgl-kernel-group",
              "cublaslt", "cublaslt-v2", "cublaslt-v2-mxfp4")
 QUANTIZERS = ("flashinfer-fp4-quantize", "flashinfer-nvfp4-quantize", "sgl-kernel-fp4-quant")
 E2E = ("e2e-flashinfer-cutlass", "e2e-sgl-kernel")
-QUICK = ["--fp4-models", "sim-tiny", "--fp4-time-budget", "0.02", "--fp4-min-samples", "5"]
-
-
-FLASHINFER = ("0.7.2.post1", "0.7.4")  # the simulated releases (tests/fakes/flashinfer_releases.py)
-
-
-def sim_path(flashinfer: str) -> str:
-    """PYTHONPATH of a simulated machine with that FlashInfer release installed."""
-    return os.pathsep.join([str(ROOT / "tests"), str(SIM), str(SIM / "dists" / flashinfer)])
-
-
-def bench(tmp_path: Path, *args: str, gpu: str = "B200", fault: str = "", library: str = "",
-          torch_seen: str = "2.9.1", flashinfer: str = FLASHINFER[0],
-          extra_env: dict[str, str] | None = None) -> fp4sim_session.Run:
-    """``pytest bench`` on the simulated machine, in this process (``fp4sim_session``)."""
-    # this checkout's src first: the venv's editable install may point at another checkout
-    env = dict(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), sim_path(flashinfer)]), FP4SIM_GPU=gpu,
-               FP4SIM_FAULT=fault, FP4SIM_LIBRARY=library, FP4SIM_TORCH=torch_seen, FP4SIM_FLASHINFER=flashinfer,
-               **(extra_env or {}))
-    cmd = [str(ROOT / "bench"), "-p", "fp4sim", "-p", "no:cacheprovider",
-           "-q", "-rA", "-W", "ignore::UserWarning", "--fp4-baselines", str(tmp_path / "baselines"), *QUICK, *args]
-    return fp4sim_session.run(cmd, tmp_path, env)
-
-
-def outcomes(res: fp4sim_session.Run) -> dict[str, tuple[str, str]]:
-    """test id -> (PASSED | FAILED | SKIPPED | ERROR, the one-line message) from ``-rA``."""
-    out = {}
-    for line in unwrapped(res.stdout).splitlines():
-        m = re.match(r"(PASSED|FAILED|ERROR) \S+::test_\w+\[(.+?)\](?: - (.*))?$", line)
-        if m:
-            out[m.group(2)] = (m.group(1), m.group(3) or "")
-            continue
-        m = re.match(r"SKIPPED \[\d+\] \S+: (.*)$", line)
-        if m:
-            out.setdefault("skips", ("SKIPPED", ""))
-            out[f"skip:{len(out)}"] = ("SKIPPED", m.group(1))
-    return out
 
 
 def verdict_rows(stdout: str) -> list[str]:
@@ -179,8 +142,12 @@ def test_sglang_rows_need_the_sglang_runner_stack(tmp_path):
 
 
 def _fi_dense_all(tmp_path: Path, *args: str, library: str = "") -> fp4sim_session.Run:
+    """Every simulated tactic of the SM100 dense backend, timed on the simulated clock (``TIMED``):
+    each launch of every tactic and build takes the same simulated time, so the baseline and an
+    unchanged library time alike exactly, and only identity verdicts can fail these runs at the
+    default floor."""
     return bench(tmp_path, "--fp4-batches", "1", "--fp4-backends", "flashinfer-cutlass", "--fp4-kinds", "dense",
-                 "--fp4-tactics", "all", *args, library=library)
+                 "--fp4-tactics", "all", *args, library=library, env=TIMED)
 
 
 @pytest.fixture(scope="module")
@@ -195,25 +162,21 @@ def sm100_baseline(tmp_path_factory) -> Path:
     return path
 
 
-# Timing is not what these three runs test (tiny CPU cases on a shared machine): the floor
-# (999 %) is set so that only identity verdicts can fail them.
 def test_unchanged_library_passes_its_own_baseline(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline))
     assert res.returncode == 0, res.stdout[-3000:]
     assert "kernel change" not in res.stdout
 
 
 def test_dropped_config_is_a_lost_tactic(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
-                        library="dropped")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), library="dropped")
     assert res.returncode == 1, res.stdout[-3000:]
     lost = [v for v in verdict_rows(res.stdout) if v.startswith("FAIL (lost tactic)")]
     assert any("t02" in v and "no tactic of flashinfer-cutlass runs it now" in v for v in lost), res.stdout[-3000:]
 
 
 def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_baseline):
-    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), "--fp4-floor", "999",
-                        library="reordered")
+    res = _fi_dense_all(tmp_path, "--fp4-baseline-file", str(sm100_baseline), library="reordered")
     assert res.returncode == 0, res.stdout[-3000:]
     changed = [v for v in verdict_rows(res.stdout) if "now runs another kernel" in v]
     assert any("tactic t01 now runs another kernel" in ln and "now runs as tactic t02" in ln for ln in changed), \
@@ -223,14 +186,20 @@ def test_reordered_configs_are_kernel_changes_not_timing_deltas(tmp_path, sm100_
     assert "lost tactic" not in res.stdout
 
 
+#: the rows of the simulated upgrade: every simulated tactic and the default of one dense problem
+AB_ROWS = [f"flashinfer-cutlass-{t}-sim-tiny-b1-tp1-uniform-shared_down-m1n256k128"
+           for t in ("default", "t00", "t01", "t02", "t03")]
+
+
 def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
     """``fp4bench ab`` between the two simulated FlashInfer releases on one simulated GPU: the
-    SM120 dense backend, batch 1, every simulated tactic and the default row.
+    SM120 dense backend, batch 1, one problem (``--only``), every simulated tactic and the default row.
 
     A simulated launch lasts 20 ms (``FP4SIM_CALL_S``) of the workers' simulated clock
     (``FP4SIM_CLOCK=sim``, fakes/sim/fp4sim_ab.py): what the rule sees is the simulated device
-    time alone, whatever the machine's load, and nothing is slept. Two processes a side, three
-    rounds."""
+    time alone, whatever the machine's load, and nothing is slept. The fewest processes and rounds
+    ``fp4bench ab`` takes (two processes a side, two rounds, three samples a round): each process
+    imports torch, which is most of the test's time."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.update(FP4SIM_GPU=gpu, FP4SIM_FAULT="", FP4SIM_LIBRARY="", FP4SIM_TORCH="2.9.1", FP4SIM_CALL_S="0.02",
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(SIM)]))
@@ -242,8 +211,8 @@ def _ab(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, dict]:
            "--a-env", f"PYTHONPATH={sim_path(a)}", "--a-env", f"FP4SIM_FLASHINFER={a}", "--a-env", "FP4SIM_CLOCK=sim",
            "--b-env", f"PYTHONPATH={sim_path(b)}", "--b-env", f"FP4SIM_FLASHINFER={b}", "--b-env", "FP4SIM_CLOCK=sim",
            "--plugin", "fp4sim_ab", "--models", "sim-tiny", "--backends", "flashinfer-cutlass", "--kinds", "dense",
-           "--batches", "1", "--tactics", "all", "--device", "cpu", "--replicates", "2", "--rounds", "3",
-           "--round-samples", "3", "--floor", "8", "--l2", "hot", "--verdict-json", str(out)]
+           "--batches", "1", "--tactics", "all", "--only", ",".join(AB_ROWS), "--device", "cpu", "--replicates", "2",
+           "--rounds", "2", "--round-samples", "3", "--floor", "8", "--l2", "hot", "--verdict-json", str(out)]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     return res, json.loads(out.read_text()) if out.exists() else {}
 
@@ -284,7 +253,7 @@ FOUR_OVER_SIX = {"FLASHINFER_NVFP4_4OVER6": "1"}
 def _moe_rows(tmp_path: Path, name: str, flashinfer: str, env: dict[str, str]) -> tuple[list[dict], dict]:
     """The MoE cases' ``extra_info`` and the fingerprint from the line log of a simulated B200 run."""
     path = tmp_path / f"{name}.lines.jsonl"
-    res = bench(tmp_path, *MOE_64, "--benchmark-disable", "--fp4-log", str(path), flashinfer=flashinfer, extra_env=env)
+    res = bench(tmp_path, *MOE_64, "--benchmark-disable", "--fp4-log", str(path), flashinfer=flashinfer, env=env)
     assert res.returncode == 0, res.stdout[-3000:]
     records = [json.loads(line) for line in path.read_text().splitlines()]
     rows = [r["extra_info"] for r in records if r["type"] == "case"]
@@ -315,7 +284,7 @@ def test_a_mismatch_of_the_nvfp4_moe_names_the_4over6_environment_where_the_kern
     ``FLASHINFER_NVFP4_4OVER6=1`` as a possible cause under 0.7.2.post1, which reads it; under 0.7.4
     the adapter pinned the recipe, and the message does not name it."""
     res = bench(tmp_path, *MOE_64, "--benchmark-disable", flashinfer=flashinfer, fault="gate_up_swapped",
-                extra_env=FOUR_OVER_SIX)
+                env=FOUR_OVER_SIX)
     rows = of(res, "flashinfer-cutlass-moe-nvfp4")
     assert rows and res.returncode == 1 and all(s == "FAILED" for s, _ in rows.values()), res.stdout[-3000:]
     # each failed case's message, as the failure section prints it

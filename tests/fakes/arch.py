@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import TYPE_CHECKING
 
 from fp4bench.backends.builtin import _gating
+
+if TYPE_CHECKING:  # not imported at run time: the simulated ab workers (fakes/sim/fp4sim_ab.py) run without pytest
+    import pytest
 
 GPUS = {
     "H200": _gating.DeviceInfo(9, 0, "NVIDIA H200"),

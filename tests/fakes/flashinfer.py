@@ -191,14 +191,18 @@ class FakeFlashInfer:
     def later_fault(self, acc: torch.Tensor, a: torch.Tensor, a_sf: torch.Tensor, out: torch.Tensor, tactic: int,
                     m: int, c: int) -> torch.Tensor:
         """The result of a launch under the ``later`` fault: "late" zeroes it from the third launch
-        of a tactic into one output buffer on (FlashInfer #4841: passes warm-up, then corrupts);
+        of a tactic into one output buffer on (FlashInfer #4841: passes warm-up, then corrupts; a
+        new output tensor counts afresh, also at the address of a freed one);
         "copy" scales it by 1.5 unless ``a`` is the activation tensor of the first launch of this
         shape, while that tensor lives (another address, another answer); "padding" adds the E4M3
         value of the first padding byte of the activation scales (vLLM #45741)."""
         if self.later == "late":
             key = (out.data_ptr(), tactic)
-            self._per_buffer[key] = self._per_buffer.get(key, 0) + 1
-            return torch.zeros_like(acc) if self._per_buffer[key] > 2 else acc
+            seen = self._per_buffer.get(key)
+            if seen is None or seen[0]() is not out:  # a new buffer, maybe at a freed one's address
+                seen = self._per_buffer[key] = [weakref.ref(out), 0]
+            seen[1] += 1
+            return torch.zeros_like(acc) if seen[1] > 2 else acc
         if self.later == "copy":
             first = self._first_a.get((m, c))
             if first is None or first() is None:

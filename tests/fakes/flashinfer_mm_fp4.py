@@ -39,7 +39,6 @@ the real heuristic does on SM100 once CUDA 13 and cuDNN 9.15 meet.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -49,7 +48,7 @@ from packaging.version import Version
 
 from fakes import flashinfer_releases as releases
 from fakes.flashinfer import FakeCutlassFp4Runner, FakeFlashInfer
-from fp4bench import formats
+from fp4bench import clock, formats
 from fp4bench.backends.builtin._mm_fp4 import MmFp4API
 
 #: the backends ``mm_fp4`` knows and the capabilities each requirement checker supports
@@ -266,7 +265,7 @@ class FakeMmFp4:
     fault: str | None = None
     #: this release puts cuDNN first where it is suitable (the ``auto_switch`` fault)
     switched: bool = False
-    clock: Callable[[], float] = time.perf_counter
+    clock: Callable[[], float] = clock.now
     suitable_auto_backends: list[str] = field(default_factory=list)
     first: FakeRunner | None = None
 

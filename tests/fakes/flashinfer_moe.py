@@ -40,13 +40,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import os
-import time
 
 import torch
 
 from fakes import flashinfer_releases as releases
 from fakes.decode import E2M1_VALUES, FakeContractError, Misread, dequant, raw_bytes, read_scales
+from fakes.flashinfer import FakeCutlassFp4Runner
 from fakes.flashinfer_mm_fp4 import MISPICK_TACTIC, WRONG_TACTIC, moe_valid_tactics
+from fp4bench import clock
 
 _TACTIC_TEXT = {
     "can_implement": "[TensorRT-LLM][ERROR] Assertion failed: Grouped GEMM kernel will fail for params. "
@@ -193,7 +194,7 @@ class FakeFusedMoE:
         unmodelled = sorted(set(kwargs) - _MODELLED)
         if unmodelled:
             raise NotImplementedError(f"the fake cutlass_fused_moe does not model {unmodelled} (the library takes them)")
-        t0 = time.perf_counter()
+        t0 = clock.now()
         if kwargs.get("profile_ids") is None and self.tuner is not None:
             tunable = FakeMoETunable(self)
             ins = [kwargs["input"], kwargs["fc1_expert_weights"], None, kwargs["fc2_expert_weights"], None]
@@ -209,9 +210,7 @@ class FakeFusedMoE:
         finally:
             self.fault = keep
         slow = 2.0 if self.tuner_fault == "mispick" and g1 == MISPICK_TACTIC else 1.0
-        left = t0 + self.call_s * slow - time.perf_counter()
-        if left > 0:
-            time.sleep(left)
+        FakeCutlassFp4Runner._wait_until(t0 + self.call_s * slow)
         return out
 
     def _run(self, *, input, token_selected_experts, token_final_scales, fc1_expert_weights,

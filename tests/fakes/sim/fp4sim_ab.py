@@ -10,23 +10,38 @@ waits for the workers' answers are real.
 
 torch runs on one intra-op thread: on a loaded machine each parallel region of the fake's small
 torch ops can wait a scheduler time slice for a descheduled thread.
+
+The objects alive once the simulation is installed (torch's, fp4bench's, the fakes') are set aside
+from the garbage collector for the life of the process (``gc.freeze``): a worker's ``release``
+calls ``gc.collect()`` for every benchmark it drops, and the interpreter collects again at exit,
+each ~0.1 s of CPU over a torch process's heap, for the few simulated benchmarks here several
+times their own work; what the worker allocates afterwards (operands, captures) is collected as
+before.
 """
 
 import contextlib
-import os
+import gc
 
-import pytest
 import torch
 
 import fp4sim
-from fp4bench import clock
+
+
+class _ForLife:
+    """What ``fp4sim.install`` asks of a ``pytest.MonkeyPatch``, for a process that keeps the
+    simulation until it exits (importing pytest would cost every worker ~0.2 s)."""
+
+    setattr = staticmethod(setattr)
+
+    @staticmethod
+    def setitem(mapping, key, value) -> None:
+        mapping[key] = value
+
 
 torch.set_num_threads(1)
-fp4sim.install(pytest.MonkeyPatch())
+fp4sim.install(_ForLife())
 #: the simulated clock of a worker, entered for the life of the process
 _PROCESS = contextlib.ExitStack()
-if os.environ.get("FP4SIM_CLOCK") == "sim":
-    _PROCESS.enter_context(clock.using(clock.SimClock()))
-elif os.environ.get("FP4SIM_CLOCK"):
-    raise ValueError(f"FP4SIM_CLOCK={os.environ['FP4SIM_CLOCK']!r}: use sim, or leave it unset for the real clock")
+_PROCESS.enter_context(fp4sim.simulated_clock())
 BACKENDS: list = []
+gc.freeze()

@@ -15,9 +15,16 @@ machine, as a fresh process would be:
   run's fake ``flashinfer``. fp4bench's other modules are kept once imported (imported and
   assertion-rewritten once, not once a run): the simulation patches them only through
   ``monkeypatch``, undone at the end of each run;
-* ``_gating.probe_import`` imports in this process: the probe exists because a real native
-  extension may abort the interpreter that imports it, and the simulated ones (pure Python)
-  cannot; a child interpreter importing torch costs seconds a run;
+* the fake libraries' building blocks (``fakes.*``: classes and functions without state, each
+  run's instances are its ``fp4sim_world``'s) and the modules of installed distributions
+  (site-packages: pytest's plugins such as hypothesis's and pytest-benchmark, and what they import)
+  are kept once imported: a run cannot change them, and each fresh import would compile them
+  again (``PYTHONDONTWRITEBYTECODE`` leaves no cached bytecode), the entry-point plugins' packages
+  assertion-rewritten, ~1 s a run for hypothesis alone;
+* the objects alive before the run are set aside from the garbage collector for its duration
+  (``gc.freeze``): the runner's ``release`` calls ``gc.collect()`` before every gated window,
+  which over this test process's heap costs ~0.3 s a call and in a ``pytest bench`` process a
+  fraction of it; it still collects everything the run itself made;
 * ``sys.path``, the working directory, the registry and torch's thread count are restored.
 
 ``run`` returns what ``subprocess.run(..., capture_output=True, text=True)`` would: the exit
@@ -26,9 +33,11 @@ status, stdout and stderr.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,29 +47,27 @@ import torch
 from _pytest.capture import _get_multicapture
 
 from fp4bench.backends import registry
-from fp4bench.backends.builtin import _gating
 
 #: modules an in-process run keeps after it (besides those of tests/conftest.py)
 KEPT = ("fp4sim_ops",)
 _ADAPTERS = "fp4bench.backends.builtin."
 
 
+#: where installed distributions live (their modules are kept)
+_INSTALLED = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("purelib", "platlib")})
+
+
 def _kept(name: str) -> bool:
-    return name in KEPT or (name.startswith("fp4bench.") and not _adapter(name))
+    return (name in KEPT or (name.startswith("fp4bench.") and not _adapter(name)) or name.startswith("fakes.")
+            or _installed(name))
+
+
+def _installed(name: str) -> bool:
+    return (getattr(sys.modules.get(name), "__file__", None) or "").startswith(_INSTALLED)
 
 
 def _adapter(name: str) -> bool:
     return name.startswith(_ADAPTERS) and not name[len(_ADAPTERS):].startswith("_")
-
-
-def _probe_here(module: str, timeout_s: float = 0.0) -> _gating.ImportProbe:
-    """``_gating.probe_import`` in this process: the outcome the child's last line of stderr
-    would give."""
-    try:
-        importlib.import_module(module)
-    except Exception as exc:  # what would end the child with a traceback
-        return _gating.ImportProbe(False, _gating._last_line(f"{type(exc).__name__}: {exc}"))
-    return _gating.ImportProbe(True)
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
     modules = _pytest.pytester.SysModulesSnapshot(preserve=_kept)
     paths = _pytest.pytester.SysPathsSnapshot()
     saved_env, saved_cwd, threads = dict(os.environ), os.getcwd(), torch.get_num_threads()
-    saved_registry, probe = (registry._registry, registry._loaded_builtins), _gating.probe_import
+    saved_registry = registry._registry, registry._loaded_builtins
     capture = _get_multicapture("sys")
     try:
         for var in [v for v in os.environ if v.startswith("PYTEST_XDIST_")]:
@@ -101,19 +108,19 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> Run:
         os.chdir(cwd)
         importlib.invalidate_caches()
         registry._registry, registry._loaded_builtins = {}, False
-        _gating.probe_import = _probe_here
         for name in [m for m in sys.modules if _adapter(m)]:
             del sys.modules[name]  # back after the run (the snapshot)
         capture.start_capturing()
+        gc.freeze()
         try:
             ret = pytest.main([str(a) for a in args], plugins=[_NoGcCollect()])
         except SystemExit as exc:
             ret = exc.code
         finally:
+            gc.unfreeze()
             out, err = capture.readouterr()
             capture.stop_capturing()
     finally:
-        _gating.probe_import = probe
         registry._registry, registry._loaded_builtins = saved_registry
         torch.set_num_threads(threads)
         os.chdir(saved_cwd)

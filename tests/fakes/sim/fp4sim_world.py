@@ -6,6 +6,7 @@
                     "dropped" (one config removed): a simulated FlashInfer upgrade
 ``FP4SIM_TORCH``    the torch the sgl_kernel wheel sees ("2.9.1": the sglang runner stack)
 ``FP4SIM_CALL_S``   simulated device time of a dense launch (see ``CALL_S``)
+``FP4SIM_CLOCK``    "sim": the run times on the simulated clock (read by ``fp4sim``, ``fp4sim_ab``)
 ``FP4SIM_FLASHINFER`` the simulated FlashInfer release, "0.7.2.post1" (default) or "0.7.4"
                     (``fakes.flashinfer_releases``); put ``dists/<release>`` on the path too, so
                     its distribution metadata (the fingerprint's version) is that release's
@@ -64,7 +65,8 @@ N_CONFIGS = 4
 REORDERED = (1, 2)   # FP4SIM_LIBRARY=reordered swaps these two indices
 DROPPED = 2          # FP4SIM_LIBRARY=dropped removes this index
 #: ``FP4SIM_CALL_S``: simulated device time of one dense launch in seconds (default 0: none, the
-#: fake's CPU time). A timing comparison sets it well above the fake's CPU time; a stream-K
+#: fake's CPU time). A timing comparison sets it and runs on the simulated clock
+#: (``FP4SIM_CLOCK=sim``, ``fp4sim``), which a launch advances by exactly this; a stream-K
 #: workspace memset, under a release that re-initializes per call, adds a fifth of it
 #: ([estimate] ~2 us on a ~10 us decode-size FP4 GEMM on SM120).
 CALL_S = float(os.environ.get("FP4SIM_CALL_S") or 0)
