@@ -102,11 +102,11 @@ def interleaved(fn: Fn, seconds: float, dev: torch.device, n: int) -> tuple[floa
             torch.cuda.synchronize(dev)
     per_call = device_time_per_group(list(prof.events()), 2 * pairs * n)
     del graph
-    clock = tel.result.sm_clock_median_mhz if tel.result is not None else None
+    sm_clock = tel.result.sm_clock_median_mhz if tel.result is not None else None
     if not per_call:
-        return None, None, clock
+        return None, None, sm_clock
     graph_s, eager_s = split_interleaved(per_call, n)
-    return graph_s, eager_s, clock
+    return graph_s, eager_s, sm_clock
 
 
 def gemm_ops(m: int, n: int, k: int, dev: torch.device, gen: torch.Generator) -> dict[str, Fn]:
