@@ -11,9 +11,14 @@ The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py.
 
 from __future__ import annotations
 
+import copy
+import functools
+import gc
 import json
 from pathlib import Path
 
+import pytest
+import pytest_benchmark.plugin
 import torch
 
 from fp4bench import clock
@@ -77,6 +82,57 @@ class OtherSpin(SteadySpin):
 STEADY = SteadySpin()
 BACKENDS = [STEADY, OtherSpin()]
 
+
+@pytest.fixture
+def quick_runs(monkeypatch: pytest.MonkeyPatch):
+    """In-process runs without two costs no test here is about. Every window releases its
+    operands with a full ``gc.collect``, which in this torch-heavy process walks every object the
+    test session holds (a third of a second each): the objects alive now are frozen (left out of
+    every collection) for the test. pytest-benchmark asks py-cpuinfo for this machine's CPU on
+    every save (a subprocess): asked once per test session."""
+    monkeypatch.setattr(pytest_benchmark.plugin, "get_cpu_info", _cpu_info)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _cpu_info() -> dict:
+    return copy.deepcopy(_first_cpu_info())
+
+
+@functools.cache
+def _first_cpu_info() -> dict:
+    return _REAL_CPU_INFO()
+
+
+_REAL_CPU_INFO = pytest_benchmark.plugin.get_cpu_info
+
+
+@pytest.fixture
+def sim_clock(quick_runs):
+    """The test's in-process runs on a simulated clock: a steady backend's call takes exactly its
+    1 ms, without spending it, so a run's timings, windows and verdicts are the same on a busy
+    machine as on an idle one. Only for runs of steady backends: a real backend's call (torch-bf16)
+    takes no simulated time."""
+    with clock.using(clock.SimClock()) as c:
+        yield c
+
+
+
+@pytest.fixture(scope="module")
+def shared_runs() -> dict:
+    """The runs several tests of one module assert different things on (``shared_run``)."""
+    return {}
+
+
+def shared_run(runs: dict, bench, *args: str) -> tuple[pytest.RunResult, Path]:
+    """``bench.runpytest(*args)`` and the folder it ran in: run by the first test that asks, the
+    same result and files for every later test of the module (``runs``: ``shared_runs``)."""
+    if args not in runs:
+        runs[args] = (bench.runpytest(*args), bench.path)
+    return runs[args]
 
 
 def outcomes_of(res) -> dict:
