@@ -22,6 +22,10 @@ import pytest_benchmark.plugin
 import torch
 
 from fp4bench import clock
+# imported with this module, before any pytester run: a module first imported inside a run is
+# dropped after it, and a later run would register its plugins into a new registry module, not
+# the one ``isolated_registry`` (tests/conftest.py) restores
+from fp4bench.backends import registry  # noqa: F401
 from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 
