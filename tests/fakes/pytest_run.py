@@ -6,7 +6,11 @@ fixed 1 ms ``clock.spin`` (a busy-wait on the real clock, exactly 1 ms of a simu
 verdicts do not depend on how busy the machine is; ``steady-spin-2`` is a
 second one that a slowdown of the first must leave alone. ``TINY`` and ``GATE`` are the option
 sets of a small run and of a gated one; the helpers save, copy and scale steady candidates.
-The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py.
+The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py; the fixtures here
+(import them into a test module to use them): ``sim_clock`` runs a test's runs of steady
+backends on a simulated clock (their timing costs no time), ``quick_runs`` spares in-process
+runs two costs no test is about, and ``shared_runs`` / ``shared_run`` give one run to several
+tests of a module.
 """
 
 from __future__ import annotations
