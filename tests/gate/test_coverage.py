@@ -230,7 +230,8 @@ def test_an_empty_baseline_path_is_a_usage_error(bench):
 def test_an_unclean_candidate_gets_no_approve_hint(bench):
     fast = json.loads(json.dumps(steady_baseline(bench)))
     write_json(bench, "fast.json", faster_baseline(fast, 0.6))  # every case now reads 1.67x slower
-    res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json",
+                          *ONE_WINDOW)
     out = res.stdout.str()
     assert res.ret == 1, out
     assert "approve it with" not in out

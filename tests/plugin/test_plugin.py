@@ -42,9 +42,10 @@ steady = pytest.mark.usefixtures("sim_clock")
 
 
 #: the CPU run of (a) and (b): every CPU backend on the two GLM-5 shared-expert GEMMs, saved as a
-#: candidate with two windows (the default three when saving: the test of pytest's outcomes and
-#: the final table below) and, as the user asked for it, as pytest-benchmark's own JSON
-CPU_RUN = (*TINY[:-2], "--fp4-kinds", "dense,grouped", "-v", "--fp4-save-baseline", "cand.json", "--fp4-windows", "2",
+#: candidate of one window (the default three when saving, and what the candidate keeps of them:
+#: the test of pytest's outcomes and the final table below) and, as the user asked for it, as
+#: pytest-benchmark's own JSON
+CPU_RUN = (*TINY[:-2], "--fp4-kinds", "dense,grouped", "-v", "--fp4-save-baseline", "cand.json", "--fp4-windows", "1",
            "--benchmark-json", "r.json")
 
 
@@ -98,10 +99,7 @@ def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench, shared_runs):
     data = json.loads((path / "cand.json").read_text())
     sec = data["fp4bench"]
     assert sec["schema"] == 2 and sec["fingerprint"]["gpu_slug"] == "cpu" and sec["clean"] is True
-    # saved as a baseline: the independent windows of every benchmark, window 1 is pytest-benchmark's data
-    assert set(sec["windows"]) == {b["fullname"] for b in data["benchmarks"]}
-    assert all(len(sec["windows"][b["fullname"]]) == 2 and sec["windows"][b["fullname"]][0] == b["stats"]["data"]
-               for b in data["benchmarks"])
+    assert not sec.get("windows")  # one window of each benchmark: its samples are pytest-benchmark's data
     assert sec["sweep"]["kinds"] == ["dense", "grouped"] and sec["sweep"]["tps"] == [8]
     assert sec["availability"] == {
         f"{b}|glm-5-b1-tp8-uniform-{s}|default": "ok"
@@ -198,11 +196,11 @@ def test_slowdown_wrapper_fails_only_the_slowed_benchmarks_under_their_own_names
     """``fp4bench.testing.slowdown`` replaces steady-spin in place: the run's benchmark names are
     the plain run's, the slowed ones FAIL against the plain baseline, the other backend's do not."""
     both = [*GATE, "--fp4-backends", "steady-spin,steady-spin-2"]
-    res = bench.runpytest(*both, "--fp4-save-baseline", "plain.json")
+    res = bench.runpytest(*both, "--fp4-save-baseline", "plain.json", "--fp4-windows", "1")
     assert res.ret == 0, res.stdout.str()
     monkeypatch.setenv("FP4BENCH_SLOWDOWN", "steady-spin=1.0")
     res = bench.runpytest(*both, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-baseline-file", "plain.json",
-                          "--fp4-save-baseline", "slowed.json")
+                          "--fp4-save-baseline", "slowed.json", "--fp4-windows", "1")
     out = res.stdout.str()
     assert res.ret == 1 and outcomes_of(res) == {"passed": 2, "failed": 2}, out
     for name in GATE_IDS:
@@ -229,7 +227,7 @@ def test_slowdown_wrapper_fails_only_the_slowed_benchmarks_under_their_own_names
 def test_missing_benchmark_fails_the_session_unless_allowed(bench):
     data = steady_baseline(bench)
     ghost = json.loads(json.dumps(data["benchmarks"][0]))
-    ghost["fullname"] = ghost["fullname"].replace("m1n512k6144", "m1n999k6144")
+    ghost["fullname"] = ghost["fullname"].replace("]", "-ghost]")
     ghost["name"] = ghost["fullname"].split("::")[1]
     data["benchmarks"].append(ghost)
     write_json(bench, "plus.json", data)
@@ -266,7 +264,7 @@ def test_bad_baseline_file_is_a_usage_error(bench):
 @steady
 def test_bare_benchmark_compare_needs_an_approved_baseline_for_this_gpu(bench):
     # --fp4-save-baseline without a path: a candidate under <baselines>/<gpu>/candidates/
-    res = bench.runpytest(*GATE, "--fp4-save-baseline", "--fp4-baselines", "store")
+    res = bench.runpytest(*GATE, "--fp4-save-baseline", "--fp4-baselines", "store", "--fp4-windows", "1")
     assert res.ret == 0
     cands = list((bench.path / "store" / "cpu" / "candidates").glob("*.json"))
     assert len(cands) == 1 and re.fullmatch(r"\d{8}T\d{6}Z\.json", cands[0].name)
@@ -345,9 +343,9 @@ def test_a_case_out_of_memory_fails_its_test_as_out_of_memory_not_as_a_wrong_out
 
 def test_correctness_only_run_checks_every_case_without_fixture_warnings(bench):
     res = bench.runpytest(*TINY, "--benchmark-disable", "--fp4-plugin", "fp4bench.testing.faults",
-                          "--fp4-backends", "fault-zero-band,torch-bf16", "--fp4-batches", "32")
+                          "--fp4-backends", "fault-zero-band,torch-bf16", "--fp4-batches", "32", "-k", "shared_down")
     out = res.stdout.str()
-    assert outcomes_of(res) == {"passed": 2, "failed": 2}  # the zero band is still caught untimed
+    assert outcomes_of(res) == {"passed": 1, "failed": 1}  # the zero band is still caught untimed
     assert "Benchmark fixture was not used" not in out
 
 
@@ -378,7 +376,11 @@ def test_pytest_outcomes_and_the_final_table_agree_on_every_fail(bench):
     logged = res.stdout.str() + res.stderr.str()
     assert re.search(r"^Wrote benchmark data in: \S*four\.json$", logged, re.M) and ".partial-" not in logged, logged
     data = json.loads((bench.path / "four.json").read_text())
-    assert all(len(ws) == 3 for ws in data["fp4bench"]["windows"].values())  # default 3 windows when saving
+    # saved as a baseline: 3 independent windows of each benchmark by default, window 1 is pytest-benchmark's data
+    windows = data["fp4bench"]["windows"]
+    assert set(windows) == {b["fullname"] for b in data["benchmarks"]}
+    assert all(len(windows[b["fullname"]]) == 3 and windows[b["fullname"]][0] == b["stats"]["data"]
+               for b in data["benchmarks"])
     names = sorted(b["fullname"] for b in data["benchmarks"])
     fast = set(names[:3])  # three of the four look 1.67x slower now
     for b in data["benchmarks"]:
