@@ -753,8 +753,10 @@ def test_slowdown_wrapper_is_recorded_and_never_approved(bench, capsys, monkeypa
 
 
 def test_fault_backends_make_a_run_test_only(bench):
-    res = bench.runpytest(*TINY, "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", "fault-zero-band",
-                          "--fp4-save-baseline", "faults.json", "--fp4-windows", "1", "-k", "shared_down")
+    # one window of the GLM-5 shared-expert GEMMs at TP 32 (a fault is a pure-torch row: a call
+    # decodes every weight, a quarter of TP 8's)
+    res = bench.runpytest(*TINY, "--fp4-tp", "32", "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends",
+                          "fault-zero-band", "--fp4-save-baseline", "faults.json", "--fp4-windows", "1")
     assert res.ret == 0, res.stdout.str()
     sec = json.loads((bench.path / "faults.json").read_text())["fp4bench"]
     assert list(sec["sweep"]["test_only"]) == ["fault-zero-band"] and sec["clean"] is False
