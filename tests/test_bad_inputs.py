@@ -30,7 +30,7 @@ from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
 from fp4bench.gate.store import APPROVED, candidate_path
 from fakes.wrapped import unwrapped
-from fakes.pytest_run import TINY, quick_runs, sim_clock  # noqa: F401  (fixtures)
+from fakes.pytest_run import STEADY_RUN, TINY, quick_runs, sim_clock  # noqa: F401  (fixtures)
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("isolated_registry", "quick_runs")
@@ -496,8 +496,7 @@ def _q() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 #: the runs of this table: the steady backend of tests/fakes/pytest_run.py on the simulated clock
 #: (the ``sim_clock`` fixture), so a saved run and a later one time the same 1 ms; one window of
 #: each case, also when saved (no row is about the further windows of a candidate)
-STEADY = [*TINY, "--fp4-plugin", "fakes.pytest_run", "--fp4-backends", "steady-spin", "--fp4-min-samples", "8",
-          "--fp4-windows", "1"]
+STEADY = [*STEADY_RUN, "--fp4-min-samples", "8", "--fp4-windows", "1"]
 _SAVED: dict[str, dict] = {}
 
 
@@ -603,7 +602,7 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      3, "→ INCOMPLETE: nothing judged"),
     ("AMBIGUOUS made to fail", ["--fp4-baseline-file", "base.json", "--fp4-fail-on-ambiguous", "--fp4-no-confirm"],
      "noisy-fast", 1,
-     "AMBIGUOUS test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_"),
+     "AMBIGUOUS test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp32-uniform-shared_"),
     ("... passes by default", ["--fp4-baseline-file", "base.json", "--fp4-no-confirm"], "noisy-fast", 0, "AMBIGUOUS"),
 ]
 
@@ -718,7 +717,7 @@ def test_plugin_whose_availability_raises_costs_only_that_backend(bench):
     _no_traceback(res)
     assert res.ret == 0
     assert res.parseoutcomes()["passed"] == 2
-    assert ("broken-availability on glm-5 b1 tp8 shared_gate_up M=1 N=512 K=6144: availability() raised "
+    assert ("broken-availability on glm-5 b1 tp32 shared_gate_up M=1 N=128 K=6144: availability() raised "
             "RuntimeError: driver exploded") in res.stdout.str()
 
 

@@ -26,15 +26,10 @@ from fp4bench.gate.baseline import BaselineError
 from fp4bench.run.linelog import LineLog, read_line_log
 from fp4bench.outputs import OutputError, check_output, temp_path, write_atomic
 from fakes.paths import BENCH_FILE as BENCH
-from fakes.pytest_run import quick_runs, sim_clock  # noqa: F401  (fixtures)
+from fakes.pytest_run import STEADY_RUN as RUN, quick_runs, sim_clock  # noqa: F401  (fixtures)
 
 pytest_plugins = ["pytester"]
 BENCH_FILE = BENCH.read_text()
-#: the in-process runs: the steady backend of tests/fakes/pytest_run.py, on the simulated clock of
-#: ``sim_clock``
-RUN = ["-p", "fp4bench.plugin", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:hypothesispytest",
-       "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-kinds", "dense", "--fp4-plugin", "fakes.pytest_run",
-       "--fp4-backends", "steady-spin", "--fp4-time-budget", "0.03", "--fp4-min-samples", "3"]
 
 
 # --- the policy --------------------------------------------------------------------------------
@@ -203,6 +198,8 @@ def test_a_line_log_with_two_runs_is_refused_naming_both(tmp_path):
 
 @pytest.fixture
 def bench(isolated_registry, sim_clock, pytester):
+    """The benchmark file in a pytester folder; its runs (``RUN``) time the steady backend of
+    tests/fakes/pytest_run.py on the simulated clock."""
     pytester.makepyfile(test_fp4_gemm=BENCH_FILE)
     return pytester
 

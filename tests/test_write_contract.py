@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fakes.benchjson import H200, bench_entry, bench_json, samples, write
-from fakes.pytest_run import TINY, quick_runs, sim_clock  # noqa: F401  (fixtures)
+from fakes.pytest_run import STEADY_RUN, quick_runs, sim_clock  # noqa: F401  (fixtures)
 from fp4bench import cli
 from fp4bench.gate.approve import approve
 from fp4bench.gate.baseline import write_baseline
@@ -171,10 +171,6 @@ def test_a_device_or_fifo_is_refused_as_an_output(tmp_path, capsys, monkeypatch)
 
 # --- the pytest run's own records ---------------------------------------------------------------
 
-#: the in-process runs: the steady backend of tests/fakes/pytest_run.py on the simulated clock
-STEADY = [*TINY, "--fp4-plugin", "fakes.pytest_run", "--fp4-backends", "steady-spin", "--fp4-min-samples", "3"]
-
-
 @pytest.mark.usefixtures("isolated_registry", "sim_clock")
 def test_a_candidate_pytest_benchmark_cannot_write_leaves_nothing(bench):
     """pytest-benchmark writes the candidate itself; a full disk there was a traceback and a
@@ -189,7 +185,7 @@ def test_a_candidate_pytest_benchmark_cannot_write_leaves_nothing(bench):
         "s.BenchmarkSession.save_json = full\n"
         "def pytest_unconfigure(config):  # pytester runs in this process: later runs write again\n"
         "    s.BenchmarkSession.save_json = REAL\n")
-    res = bench.runpytest(*STEADY, "--fp4-save-baseline", "cand.json", "--fp4-windows", "1")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-save-baseline", "cand.json", "--fp4-windows", "1")
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 3, out
     assert "--fp4-save-baseline: cannot write cand.json: No space left on device" in out
@@ -213,7 +209,7 @@ def test_a_line_log_that_stops_accepting_lines_is_one_message(bench):
         "    resource.setrlimit(resource.RLIMIT_FSIZE, LIMIT)\n")
     assert not (bench.path / "run.lines.jsonl").exists()
     with file_size_limit(resource.RLIM_INFINITY):  # restored here whatever the run does
-        res = bench.runpytest(*STEADY, "--fp4-log", "run.lines.jsonl")
+        res = bench.runpytest(*STEADY_RUN, "--fp4-log", "run.lines.jsonl")
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 3, out
     assert "--fp4-log: cannot write run.lines.jsonl: File too large; the line log stops here" in out
@@ -225,10 +221,10 @@ def test_a_line_log_that_stops_accepting_lines_is_one_message(bench):
 def test_a_negative_worker_count_is_refused(bench):
     """``pytest -n -1`` ran with pytest-benchmark switched off and measured nothing, exit 0."""
     args, skip = [], False
-    for i, a in enumerate(STEADY):  # pytest-xdist loaded this time
+    for i, a in enumerate(STEADY_RUN):  # pytest-xdist loaded this time
         if skip:
             skip = False
-        elif a == "-p" and STEADY[i + 1].startswith("no:xdist"):
+        elif a == "-p" and STEADY_RUN[i + 1].startswith("no:xdist"):
             skip = True
         else:
             args.append(a)

@@ -5,7 +5,8 @@ backends that make its timings predictable on a shared CPU.
 fixed 1 ms ``clock.spin`` (a busy-wait on the real clock, exactly 1 ms of a simulated one), so
 verdicts do not depend on how busy the machine is; ``steady-spin-2`` is a
 second one that a slowdown of the first must leave alone. ``TINY`` and ``GATE`` are the option
-sets of a small run and of a gated one; the helpers save, copy and scale steady candidates.
+sets of a small run and of a gated one, ``STEADY_RUN`` a small run of ``steady-spin``; the helpers
+save, copy and scale steady candidates.
 The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py; the fixtures here
 (import them into a test module to use them): ``sim_clock`` runs a test's runs of steady
 backends on a simulated clock (their timing costs no time), ``quick_runs`` spares in-process
@@ -42,12 +43,14 @@ QUIET = ["-p", "no:cacheprovider", "-p", "no:unraisableexception", "-p", "no:thr
          "-p", "no:hypothesispytest", "-p", "no:xdist", "-p", "no:xdist.looponfail"]
 TINY = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-time-budget", "0.05",
         "--fp4-min-samples", "3", "--fp4-kinds", "dense"]
-GATE = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-time-budget", "0.05",
-        "--fp4-kinds", "dense", "--fp4-min-samples", "15", "--fp4-plugin", "fakes.pytest_run",
-        "--fp4-backends", "steady-spin",
-        # the GLM-5 shared-expert GEMMs at TP 32, a quarter of TP 8's weights, and no replays: what
-        # a gated run costs beyond its timing is making and checking its operands
-        "--fp4-tp", "32", "--fp4-replays", "0",
+# The steady backend's runs: the GLM-5 shared-expert GEMMs at TP 32 (M1 N128 K6144, M1 N6144 K64),
+# a quarter of TP 8's weights, and no replays: what such a run costs beyond its timing (none on
+# ``sim_clock``) is making and checking its operands
+_STEADY = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-tp", "32", "--fp4-time-budget", "0.05",
+           "--fp4-kinds", "dense", "--fp4-plugin", "fakes.pytest_run", "--fp4-backends", "steady-spin",
+           "--fp4-replays", "0"]
+STEADY_RUN = [*_STEADY, "--fp4-min-samples", "3"]
+GATE = [*_STEADY, "--fp4-min-samples", "15",
         # CPU wall clock on a shared machine drifts between runs more than the GPU default
         # 5 % floor allows; the regressions injected below are +67 %
         "--fp4-floor", "20"]

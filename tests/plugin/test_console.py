@@ -15,7 +15,7 @@ import pytest
 from fp4bench.gate.verdict_json import validate
 from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines, skipped_lines
 from fp4bench.report.textfit import WIDTH
-from fakes.pytest_run import GATE, GATE_IDS, TINY, faster_baseline, steady_baseline, write_json
+from fakes.pytest_run import GATE, GATE_IDS, STEADY_RUN, TINY, faster_baseline, steady_baseline, write_json
 from fakes.pytest_run import quick_runs, sim_clock  # noqa: F401  (fixtures)
 from fakes.paths import ROOT
 
@@ -23,8 +23,6 @@ pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("isolated_registry", "quick_runs")
 #: a test whose runs time the steady backend of tests/fakes/pytest_run.py on the simulated clock
 steady = pytest.mark.usefixtures("sim_clock")
-
-STEADY = [*TINY, "--fp4-plugin", "fakes.pytest_run", "--fp4-backends", "steady-spin"]
 
 
 def _width(text: str) -> int:
@@ -59,14 +57,14 @@ def test_tracker_prints_at_most_every_interval_and_never_after_the_last_case():
 
 @steady
 def test_progress_lines_in_a_run(bench):
-    res = bench.runpytest(*STEADY, "-q", "--fp4-progress", "1e-9")
+    res = bench.runpytest(*STEADY_RUN, "-q", "--fp4-progress", "1e-9")
     out = res.stdout.str()
     assert res.ret == 0, out
     # two cases: one line after the first, none after the last (the summary follows)
     assert re.findall(r"^fp4bench: (\d)/2 cases, \d+s elapsed, ETA \d+s$", out, re.M) == ["1"]
-    res = bench.runpytest(*STEADY, "-q")  # default: every 30 s, so a quick run prints none
+    res = bench.runpytest(*STEADY_RUN, "-q")  # default: every 30 s, so a quick run prints none
     assert "fp4bench: 1/2 cases" not in res.stdout.str()
-    res = bench.runpytest(*STEADY, "--fp4-progress", "-1")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-progress", "-1")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "--fp4-progress: must be a finite number of seconds >= 0" in res.stderr.str()
 
 
@@ -93,8 +91,7 @@ def test_results_table_says_shared_values_once_and_fits_160():
 
 @steady
 def test_no_selected_backend_for_a_kind_is_one_named_skip(bench):
-    res = bench.runpytest(*TINY[:-2], "--fp4-kinds", "dense,moe", "--fp4-plugin", "fakes.pytest_run",
-                          "--fp4-backends", "steady-spin")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-kinds", "dense,moe")
     out = res.stdout.str()
     assert res.ret == 0, out
     assert "SKIPPED [1] test_fp4_gemm.py:20: no selected backend runs moe (--fp4-backends steady-spin)" in out
@@ -190,7 +187,7 @@ def test_a_stop_without_failures_still_fails_the_gate_unless_allowed(bench):
 @steady
 def test_an_incomplete_run_is_not_a_clean_candidate(bench):
     bench.makeconftest(STOP_AFTER_FIRST)
-    res = bench.runpytest(*STEADY, "--fp4-save-baseline", "cand.json")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-save-baseline", "cand.json")
     assert res.ret == 0, res.stdout.str()  # no gate: nothing to fail
     assert "run INCOMPLETE: 1 of 2 cases not run" in res.stdout.str()
     assert json.loads((bench.path / "cand.json").read_text())["fp4bench"]["clean"] is False

@@ -44,9 +44,9 @@ steady = pytest.mark.usefixtures("sim_clock")
 #: the CPU run of (a) and (b): every CPU backend on the two GLM-5 shared-expert GEMMs, saved as a
 #: candidate of one window (the default three when saving, and what the candidate keeps of them:
 #: the test of pytest's outcomes and the final table below) and, as the user asked for it, as
-#: pytest-benchmark's own JSON
+#: pytest-benchmark's own JSON; without replays (what they check: tests/measure/test_replays.py)
 CPU_RUN = (*TINY[:-2], "--fp4-kinds", "dense,grouped", "-v", "--fp4-save-baseline", "cand.json", "--fp4-windows", "1",
-           "--benchmark-json", "r.json")
+           "--benchmark-json", "r.json", "--fp4-replays", "0")
 
 
 def test_cpu_run_skips_gpu_backends_and_saves_a_candidate(bench, shared_runs):
