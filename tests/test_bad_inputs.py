@@ -30,10 +30,10 @@ from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
 from fp4bench.gate.store import APPROVED, candidate_path
 from fakes.wrapped import unwrapped
-from fakes.pytest_run import TINY
+from fakes.pytest_run import STEADY_RUN, TINY, quick_runs, sim_clock  # noqa: F401  (fixtures)
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.usefixtures("isolated_registry")
+pytestmark = pytest.mark.usefixtures("isolated_registry", "quick_runs")
 
 MED = 10e-6
 NAMES = ("b::t[0]", "b::t[1]")
@@ -388,31 +388,38 @@ def _no_torch_python() -> str:
     pytest.skip("every python3 here has torch")
 
 
-# (id, interpreter (a callable of tmp_path), init message, what the one-line error must say)
-WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, str]] = [
-    ("non-executable interpreter", lambda tmp: _put(tmp, "python", "not a program"), {},
+# (id, interpreter (a callable of tmp_path), init message, in a real process, what the one-line
+# error must say). A worker that starts and then refuses its init message is the real child code
+# answering in this process (``sim_workers``, tests/fakes/inproc_worker.py): a real one would
+# import torch first, seconds of which the refusal is not about.
+WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, bool, str]] = [
+    ("non-executable interpreter", lambda tmp: _put(tmp, "python", "not a program"), {}, True,
      "side A: cannot start {python}: Permission denied"),
-    ("interpreter without torch", lambda tmp: _no_torch_python(), {},
+    ("interpreter without torch", lambda tmp: _no_torch_python(), {}, True,
      "side A process died during start: exited with status 1; {python} said: ModuleNotFoundError: No module "
      "named 'torch'"),
-    ("bad device", lambda tmp: sys.executable, {"device": "foo"},
+    ("bad device", lambda tmp: sys.executable, {"device": "foo"}, False,
      "side A ({python}) could not start: RuntimeError: Expected one of cpu, cuda"),
-    ("plugin that does not import", lambda tmp: sys.executable, {"plugins": ["no_such_mod"]},
+    ("plugin that does not import", lambda tmp: sys.executable, {"plugins": ["no_such_mod"]}, False,
      "side A ({python}) could not start: ValueError: --fp4-plugin: cannot import backend module 'no_such_mod'"),
-    ("interpreter that dies silently", lambda tmp: "/bin/false", {},
+    ("interpreter that dies silently", lambda tmp: "/bin/false", {}, True,
      "side A process died during start: exited with status 1; /bin/false wrote nothing (no line on stdout or "
      "stderr)"),
-    ("not a Python interpreter", lambda tmp: "/bin/echo", {},
+    ("not a Python interpreter", lambda tmp: "/bin/echo", {}, True,
      "side A: /bin/echo is not an fp4bench worker: it answered '-m fp4bench.run.worker' to start"),
 ]
 
 
-@pytest.mark.parametrize(("python", "init", "message"), [r[1:] for r in WORKER_ROWS], ids=[r[0] for r in WORKER_ROWS])
-def test_worker_that_cannot_start_says_why_in_one_line(tmp_path, capfd, python, init, message):
-    from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+@pytest.mark.parametrize(("python", "init", "real", "message"), [r[1:] for r in WORKER_ROWS],
+                         ids=[r[0] for r in WORKER_ROWS])
+def test_worker_that_cannot_start_says_why_in_one_line(tmp_path, capfd, request, python, init, real, message):
+    from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, interpreter, spawn
 
     exe = interpreter(python(tmp_path))
-    w = Worker(WorkerSpec(python=exe, init=init, start_timeout_s=120), label="side A")
+    if not real:
+        request.getfixturevalue("sim_workers")
+    w = spawn(WorkerSpec(python=exe, init=init, start_timeout_s=120), "side A")
+    assert (type(w).__name__ == "Worker") == real
     with pytest.raises(WorkerLost) as ei:
         w.start()
     text = str(ei.value)
@@ -486,14 +493,17 @@ def _q() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 # --- pytest bench -------------------------------------------------------------------------------
 
 
-BF16 = [*TINY, "--fp4-backends", "torch-bf16", "--fp4-min-samples", "8"]
+#: the runs of this table: the steady backend of tests/fakes/pytest_run.py on the simulated clock
+#: (the ``sim_clock`` fixture), so a saved run and a later one time the same 1 ms; one window of
+#: each case, also when saved (no row is about the further windows of a candidate)
+STEADY = [*STEADY_RUN, "--fp4-min-samples", "8", "--fp4-windows", "1"]
 _SAVED: dict[str, dict] = {}
 
 
 def _saved(bench) -> dict:
-    """A torch-bf16 candidate of this machine (saved once per session, copied after)."""
+    """A steady-spin candidate (saved once per session, copied after)."""
     if "base" not in _SAVED:
-        res = bench.runpytest(*BF16, "--fp4-save-baseline", "saved.json")
+        res = bench.runpytest(*STEADY, "--fp4-save-baseline", "saved.json")
         assert res.ret == 0, res.stdout.str()
         _SAVED["base"] = json.loads((bench.path / "saved.json").read_text())
     return json.loads(json.dumps(_SAVED["base"]))
@@ -580,12 +590,8 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "fp4bench: baseline base.json: recorded sweep field 'tactics': expected 'default' or 'all', got 'most'"),
     ("... through --benchmark-compare", ["--benchmark-compare=base.json"], _base_sweep(models=["no-such-model"]), 4,
      "fp4bench: baseline base.json: recorded sweep field 'models': unknown model 'no-such-model'"),
-    # the saved run and this one are CPU wall times minutes apart on a shared machine (70x apart
-    # under load once): baseline windows spread over the plausible range keep the row about what
-    # it tests (the run is accepted and judged: AMBIGUOUS, exit 0), not about their timing
-    ("... a bad field the option given replaces", ["--fp4-baseline-file", "base.json"],
-     lambda d: _noisy_fast(_base_sweep(batches=[-1])(d)), 0,
-     "fp4bench verdict vs base.json"),
+    ("... a bad field the option given replaces", ["--fp4-baseline-file", "base.json"], _base_sweep(batches=[-1]), 0,
+     "summary: 2 PASS → no regression (exit 0)"),
     ("baseline timed with cold L2", ["--fp4-baseline-file", "base.json"], _base_cold_l2, 4,
      "the baseline was timed with l2='cold', this run with l2='hot'"),
     ("baseline timed with another copy rule", ["--fp4-baseline-file", "base.json"], _base_sweep(min_copies=2), 4,
@@ -594,17 +600,17 @@ PYTEST_ROWS: list[tuple[str, list[str], Callable | None, int, str]] = [
      "too few samples (baseline 3, current"),
     ("... accepted, but nothing judged", ["--fp4-baseline-file", "base.json", "--fp4-allow-ambiguous"], _base_few_samples,
      3, "→ INCOMPLETE: nothing judged"),
-    ("AMBIGUOUS made to fail", ["--fp4-baseline-file", "base.json", "--fp4-fail-on-ambiguous"], "noisy-fast", 1,
-     "AMBIGUOUS test_fp4_gemm.py::test_dense[torch-bf16-default-glm-5-b1-tp8-uniform-shared_"),
-    ("... passes by default", ["--fp4-baseline-file", "base.json"], "noisy-fast", 0, "AMBIGUOUS"),
+    ("AMBIGUOUS made to fail", ["--fp4-baseline-file", "base.json", "--fp4-fail-on-ambiguous", "--fp4-no-confirm"],
+     "noisy-fast", 1,
+     "AMBIGUOUS test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp32-uniform-shared_"),
+    ("... passes by default", ["--fp4-baseline-file", "base.json", "--fp4-no-confirm"], "noisy-fast", 0, "AMBIGUOUS"),
 ]
 
 
 def _noisy_fast(d: dict) -> dict:
     """Baseline windows at 0.2 µs, as the saved run, and at 50 s a call (the plausible range's
     ends): their spread is so wide that no number of new windows shows the change above or below
-    the guard band, so every case is AMBIGUOUS however busy this machine is (on a shared CPU a run
-    saved under load and a run on an idle machine were 43x apart: the spread must dwarf that)."""
+    the guard band, so every case is AMBIGUOUS."""
     for b in d["benchmarks"]:
         w = b["stats"]["data"]
         d["fp4bench"].setdefault("windows", {})[b["fullname"]] = [[2e-7] * len(w), list(w), [50.0] * len(w)]
@@ -613,13 +619,14 @@ def _noisy_fast(d: dict) -> dict:
 
 @pytest.mark.parametrize(("args", "edit", "code", "message"), [r[1:] for r in PYTEST_ROWS],
                          ids=[r[0] for r in PYTEST_ROWS])
+@pytest.mark.usefixtures("sim_clock")
 def test_pytest_rows(bench, args, edit, code, message):
     (bench.path / "test_fp4_gemm.py.json").write_text("{}")
     if edit is not None:
         edit = _noisy_fast if edit == "noisy-fast" else edit
         data = edit(_saved(bench))
         (bench.path / "base.json").write_text(data if isinstance(data, str) else json.dumps(data))
-    res = bench.runpytest(*BF16, *args)
+    res = bench.runpytest(*STEADY, *args)
     _no_traceback(res)
     assert res.ret == code, res.stdout.str() + res.stderr.str()
     assert message in (res.stderr.str() if code == 4 else res.stdout.str())
@@ -661,13 +668,15 @@ SETUP_ROWS: list[tuple[str, str | None, list[str], int, str]] = [
     ("prepare() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-prepare"], 1,
      "raising-prepare [default] on glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144: "
      "RuntimeError: out of workspace\n"),
-    ("run() raises", None, ["--fp4-plugin", __name__, "--fp4-backends", "raising-run,torch-bf16"], 1,
+    ("run() raises", None, ["--fp4-plugin", __name__, "--fp4-plugin", "fakes.pytest_run", "--fp4-backends",
+                            "raising-run,steady-spin"], 1,
      "raising-run [default] on glm-5-b1-tp8-uniform-shared_down-m1n6144k256: ValueError: bad launch\n"),
 ]
 
 
 @pytest.mark.parametrize(("source", "args", "code", "message"), [r[1:] for r in SETUP_ROWS],
                          ids=[r[0] for r in SETUP_ROWS])
+@pytest.mark.usefixtures("sim_clock")
 def test_setup_rows(bench, monkeypatch, source, args, code, message):
     """A usage error met while the session sets up is one line (exit 4), before any collection;
     a backend that raises fails its own cases in one line, and the sweep goes on."""
@@ -682,16 +691,17 @@ def test_setup_rows(bench, monkeypatch, source, args, code, message):
     assert message in (res.stderr.str() if code == 4 else res.stdout.str())
     if code == 1:  # the raising backend's two cases failed; every other case still ran
         outcomes = res.parseoutcomes()
-        assert outcomes["failed"] == 2 and outcomes.get("passed", 0) == (2 if "torch-bf16" in args[-1] else 0)
+        assert outcomes["failed"] == 2 and outcomes.get("passed", 0) == (2 if "steady-spin" in args[-1] else 0)
 
 
+@pytest.mark.usefixtures("sim_clock")
 def test_save_baseline_does_not_swallow_the_test_path(bench):
     """``pytest --fp4-save-baseline bench``: ``bench`` is the tests, the candidate goes to the
     default place, and nothing is written over the folder or its files."""
     (bench.path / "bench").mkdir()
     (bench.path / "test_fp4_gemm.py").rename(bench.path / "bench" / "test_fp4_gemm.py")
     src = (bench.path / "bench" / "test_fp4_gemm.py").read_text()
-    res = bench.runpytest(*BF16, "--fp4-save-baseline", "bench")
+    res = bench.runpytest(*STEADY, "--fp4-save-baseline", "bench")
     _no_traceback(res)
     assert res.ret == 0, res.stdout.str()
     assert res.parseoutcomes()["passed"] == 2
@@ -701,12 +711,13 @@ def test_save_baseline_does_not_swallow_the_test_path(bench):
     assert not list(bench.path.rglob("*.partial*"))
 
 
+@pytest.mark.usefixtures("sim_clock")
 def test_plugin_whose_availability_raises_costs_only_that_backend(bench):
-    res = bench.runpytest(*TINY, "--fp4-plugin", __name__, "--fp4-backends", "broken-availability,torch-bf16")
+    res = bench.runpytest(*STEADY, "--fp4-plugin", __name__, "--fp4-backends", "broken-availability,steady-spin")
     _no_traceback(res)
     assert res.ret == 0
     assert res.parseoutcomes()["passed"] == 2
-    assert ("broken-availability on glm-5 b1 tp8 shared_gate_up M=1 N=512 K=6144: availability() raised "
+    assert ("broken-availability on glm-5 b1 tp32 shared_gate_up M=1 N=128 K=6144: availability() raised "
             "RuntimeError: driver exploded") in res.stdout.str()
 
 
@@ -722,16 +733,17 @@ def test_backend_output_of_the_wrong_dtype_or_shape_fails(bench, backend, what):
             f"wrong output dtype/shape: {what}") in unwrapped(res.stdout.str())
 
 
+@pytest.mark.usefixtures("sim_clock")
 def test_slowdown_wrapper_is_recorded_and_never_approved(bench, capsys, monkeypatch):
-    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "torch-bf16=0.05")
-    res = bench.runpytest(*BF16, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-save-baseline", "inj.json")
+    monkeypatch.setenv("FP4BENCH_SLOWDOWN", "steady-spin=0.05")
+    res = bench.runpytest(*STEADY, "--fp4-plugin", "fp4bench.testing.slowdown", "--fp4-save-baseline", "inj.json")
     assert res.ret == 0, res.stdout.str()
-    assert ("this run measured test-only backends (torch-bf16): it is recorded in inj.json and can never be "
+    assert ("this run measured test-only backends (steady-spin): it is recorded in inj.json and can never be "
             "approved" in res.stdout.str())
     assert "approve it with" not in res.stdout.str()  # no hint that contradicts the line above
     sec = json.loads((bench.path / "inj.json").read_text())["fp4bench"]
-    assert sec["sweep"]["test_only"] == {"torch-bf16": "torch-bf16 (torch.mm / torch._grouped_mm + test-only "
-                                                       "slowdown 0.05)"}
+    assert sec["sweep"]["test_only"] == {"steady-spin": "steady-spin (test-only: precomputed torch.mm result + 1 ms "
+                                                        "clock.spin + test-only slowdown 0.05)"}
     assert sec["clean"] is False
     assert sec["sweep"]["l2"] == "hot" and sec["sweep"]["timer"] == "cpu"
     rc, _, err = _cli(capsys, ["baseline", "approve", str(bench.path / "inj.json"), "--baselines",
@@ -740,13 +752,16 @@ def test_slowdown_wrapper_is_recorded_and_never_approved(bench, capsys, monkeypa
 
 
 def test_fault_backends_make_a_run_test_only(bench):
-    res = bench.runpytest(*TINY, "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", "fault-zero-band",
-                          "--fp4-save-baseline", "faults.json")
+    # one window of the GLM-5 shared-expert GEMMs at TP 32 (a fault is a pure-torch row: a call
+    # decodes every weight, a quarter of TP 8's)
+    res = bench.runpytest(*TINY, "--fp4-tp", "32", "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends",
+                          "fault-zero-band", "--fp4-save-baseline", "faults.json", "--fp4-windows", "1")
     assert res.ret == 0, res.stdout.str()
     sec = json.loads((bench.path / "faults.json").read_text())["fp4bench"]
     assert list(sec["sweep"]["test_only"]) == ["fault-zero-band"] and sec["clean"] is False
 
 
+@pytest.mark.usefixtures("sim_clock")
 def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
     """The CUDA context check runs before pytest-benchmark writes the JSON (it writes first in
     its sessionfinish), so a run that broke the context is never saved as clean."""
@@ -754,7 +769,7 @@ def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
         st.health = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
     monkeypatch.setattr(fp4bench.plugin.session.Fp4Session, "check_health", poisoned)
-    res = bench.runpytest(*BF16, "--fp4-save-baseline", "poisoned.json")
+    res = bench.runpytest(*STEADY, "--fp4-save-baseline", "poisoned.json")
     assert res.ret == 1
     sec = json.loads((bench.path / "poisoned.json").read_text())["fp4bench"]
     assert sec["clean"] is False and "illegal memory access" in sec["context_health"]
@@ -764,6 +779,6 @@ def test_poisoned_context_is_saved_not_clean(bench, monkeypatch):
 @pytest.mark.filterwarnings("ignore:Not saving anything")
 def test_nothing_measured_leaves_no_reserved_file(bench):
     """A session that measures nothing leaves no empty reserved candidate behind."""
-    res = bench.runpytest(*BF16, "-k", "no_such_test", "--fp4-save-baseline", "empty.json")
+    res = bench.runpytest(*STEADY, "-k", "no_such_test", "--fp4-save-baseline", "empty.json")
     assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     assert not (bench.path / "empty.json").exists() and not list(bench.path.rglob("*.partial*"))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fakes.benchjson import H200, bench_entry, bench_json, samples, write
-from fakes.pytest_run import TINY
+from fakes.pytest_run import STEADY_RUN, quick_runs, sim_clock  # noqa: F401  (fixtures)
 from fp4bench import cli
 from fp4bench.gate.approve import approve
 from fp4bench.gate.baseline import write_baseline
@@ -171,9 +171,7 @@ def test_a_device_or_fifo_is_refused_as_an_output(tmp_path, capsys, monkeypatch)
 
 # --- the pytest run's own records ---------------------------------------------------------------
 
-BF16 = [*TINY, "--fp4-backends", "torch-bf16", "--fp4-min-samples", "3"]
-
-
+@pytest.mark.usefixtures("isolated_registry", "sim_clock")
 def test_a_candidate_pytest_benchmark_cannot_write_leaves_nothing(bench):
     """pytest-benchmark writes the candidate itself; a full disk there was a traceback and a
     truncated candidate that looked like a result."""
@@ -187,7 +185,7 @@ def test_a_candidate_pytest_benchmark_cannot_write_leaves_nothing(bench):
         "s.BenchmarkSession.save_json = full\n"
         "def pytest_unconfigure(config):  # pytester runs in this process: later runs write again\n"
         "    s.BenchmarkSession.save_json = REAL\n")
-    res = bench.runpytest(*BF16, "--fp4-save-baseline", "cand.json")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-save-baseline", "cand.json", "--fp4-windows", "1")
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 3, out
     assert "--fp4-save-baseline: cannot write cand.json: No space left on device" in out
@@ -196,6 +194,7 @@ def test_a_candidate_pytest_benchmark_cannot_write_leaves_nothing(bench):
     assert (bench.path / "cand.json.lines.jsonl").is_file()  # the measured cases are kept
 
 
+@pytest.mark.usefixtures("isolated_registry", "sim_clock")
 def test_a_line_log_that_stops_accepting_lines_is_one_message(bench):
     """``--fp4-log`` was opened lazily and a failed write was an INTERNALERROR mid-run."""
     bench.makeconftest(
@@ -210,7 +209,7 @@ def test_a_line_log_that_stops_accepting_lines_is_one_message(bench):
         "    resource.setrlimit(resource.RLIMIT_FSIZE, LIMIT)\n")
     assert not (bench.path / "run.lines.jsonl").exists()
     with file_size_limit(resource.RLIM_INFINITY):  # restored here whatever the run does
-        res = bench.runpytest(*BF16, "--fp4-log", "run.lines.jsonl")
+        res = bench.runpytest(*STEADY_RUN, "--fp4-log", "run.lines.jsonl")
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 3, out
     assert "--fp4-log: cannot write run.lines.jsonl: File too large; the line log stops here" in out
@@ -222,10 +221,10 @@ def test_a_line_log_that_stops_accepting_lines_is_one_message(bench):
 def test_a_negative_worker_count_is_refused(bench):
     """``pytest -n -1`` ran with pytest-benchmark switched off and measured nothing, exit 0."""
     args, skip = [], False
-    for i, a in enumerate(BF16):  # pytest-xdist loaded this time
+    for i, a in enumerate(STEADY_RUN):  # pytest-xdist loaded this time
         if skip:
             skip = False
-        elif a == "-p" and BF16[i + 1].startswith("no:xdist"):
+        elif a == "-p" and STEADY_RUN[i + 1].startswith("no:xdist"):
             skip = True
         else:
             args.append(a)

@@ -5,18 +5,32 @@ backends that make its timings predictable on a shared CPU.
 fixed 1 ms ``clock.spin`` (a busy-wait on the real clock, exactly 1 ms of a simulated one), so
 verdicts do not depend on how busy the machine is; ``steady-spin-2`` is a
 second one that a slowdown of the first must leave alone. ``TINY`` and ``GATE`` are the option
-sets of a small run and of a gated one; the helpers save, copy and scale steady candidates.
-The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py.
+sets of a small run and of a gated one, ``STEADY_RUN`` a small run of ``steady-spin``; the helpers
+save, copy and scale steady candidates.
+The ``bench`` and ``isolated_registry`` fixtures are in tests/conftest.py; the fixtures here
+(import them into a test module to use them): ``sim_clock`` runs a test's runs of steady
+backends on a simulated clock (their timing costs no time), ``quick_runs`` spares in-process
+runs two costs no test is about, and ``shared_runs`` / ``shared_run`` give one run to several
+tests of a module.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import gc
 import json
 from pathlib import Path
 
+import pytest
+import pytest_benchmark.plugin
 import torch
 
 from fp4bench import clock
+# imported with this module, before any pytester run: a module first imported inside a run is
+# dropped after it, and a later run would register its plugins into a new registry module, not
+# the one ``isolated_registry`` (tests/conftest.py) restores
+from fp4bench.backends import registry  # noqa: F401
 from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 
@@ -29,13 +43,19 @@ QUIET = ["-p", "no:cacheprovider", "-p", "no:unraisableexception", "-p", "no:thr
          "-p", "no:hypothesispytest", "-p", "no:xdist", "-p", "no:xdist.looponfail"]
 TINY = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-tp", "8", "--fp4-time-budget", "0.05",
         "--fp4-min-samples", "3", "--fp4-kinds", "dense"]
-GATE = TINY[:-4] + ["--fp4-kinds", "dense", "--fp4-min-samples", "15", "--fp4-plugin", "fakes.pytest_run",
-                    "--fp4-backends", "steady-spin",
-                    # CPU wall clock on a shared machine drifts between runs more than the GPU default
-                    # 5 % floor allows; the regressions injected below are +67 %
-                    "--fp4-floor", "20"]
-GATE_IDS = ["test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_gate_up-m1n512k6144]",
-            "test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp8-uniform-shared_down-m1n6144k256]"]
+# The steady backend's runs: the GLM-5 shared-expert GEMMs at TP 32 (M1 N128 K6144, M1 N6144 K64),
+# a quarter of TP 8's weights, and no replays: what such a run costs beyond its timing (none on
+# ``sim_clock``) is making and checking its operands
+_STEADY = ["-p", "fp4bench.plugin", *QUIET, "-rs", "--fp4-batches", "1", "--fp4-tp", "32", "--fp4-time-budget", "0.05",
+           "--fp4-kinds", "dense", "--fp4-plugin", "fakes.pytest_run", "--fp4-backends", "steady-spin",
+           "--fp4-replays", "0"]
+STEADY_RUN = [*_STEADY, "--fp4-min-samples", "3"]
+GATE = [*_STEADY, "--fp4-min-samples", "15",
+        # CPU wall clock on a shared machine drifts between runs more than the GPU default
+        # 5 % floor allows; the regressions injected below are +67 %
+        "--fp4-floor", "20"]
+GATE_IDS = ["test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp32-uniform-shared_gate_up-m1n128k6144]",
+            "test_fp4_gemm.py::test_dense[steady-spin-default-glm-5-b1-tp32-uniform-shared_down-m1n6144k64]"]
 
 
 class SteadySpin(TorchBF16):
@@ -77,6 +97,57 @@ class OtherSpin(SteadySpin):
 STEADY = SteadySpin()
 BACKENDS = [STEADY, OtherSpin()]
 
+
+@pytest.fixture
+def quick_runs(monkeypatch: pytest.MonkeyPatch):
+    """In-process runs without two costs no test here is about. Every window releases its
+    operands with a full ``gc.collect``, which in this torch-heavy process walks every object the
+    test session holds (a third of a second each): the objects alive now are frozen (left out of
+    every collection) for the test. pytest-benchmark asks py-cpuinfo for this machine's CPU on
+    every save (a subprocess): asked once per test session."""
+    monkeypatch.setattr(pytest_benchmark.plugin, "get_cpu_info", _cpu_info)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _cpu_info() -> dict:
+    return copy.deepcopy(_first_cpu_info())
+
+
+@functools.cache
+def _first_cpu_info() -> dict:
+    return _REAL_CPU_INFO()
+
+
+_REAL_CPU_INFO = pytest_benchmark.plugin.get_cpu_info
+
+
+@pytest.fixture
+def sim_clock(quick_runs):
+    """The test's in-process runs on a simulated clock: a steady backend's call takes exactly its
+    1 ms, without spending it, so a run's timings, windows and verdicts are the same on a busy
+    machine as on an idle one. Only for runs of steady backends: a real backend's call (torch-bf16)
+    takes no simulated time."""
+    with clock.using(clock.SimClock()) as c:
+        yield c
+
+
+
+@pytest.fixture(scope="module")
+def shared_runs() -> dict:
+    """The runs several tests of one module assert different things on (``shared_run``)."""
+    return {}
+
+
+def shared_run(runs: dict, bench, *args: str) -> tuple[pytest.RunResult, Path]:
+    """``bench.runpytest(*args)`` and the folder it ran in: run by the first test that asks, the
+    same result and files for every later test of the module (``runs``: ``shared_runs``)."""
+    if args not in runs:
+        runs[args] = (bench.runpytest(*args), bench.path)
+    return runs[args]
 
 
 def outcomes_of(res) -> dict:

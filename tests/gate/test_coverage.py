@@ -22,10 +22,16 @@ from fp4bench.run.linelog import LineLog
 from fp4bench.report.tables import verdict_message, verdict_summary, verdict_table
 from fp4bench.run.sweep import SweepOptions, selection_of
 from fp4bench.report.textfit import WIDTH
-from fakes.pytest_run import GATE, SteadySpin, steady_baseline, write_json, faster_baseline
+from fakes.pytest_run import GATE, GATE_IDS, SteadySpin, steady_baseline, write_json, faster_baseline
+from fakes.pytest_run import sim_clock, quick_runs  # noqa: F401  (fixtures)
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("isolated_registry")
+#: a test whose in-process runs time the steady backends of tests/fakes/pytest_run.py on the
+#: simulated clock
+steady = pytest.mark.usefixtures("sim_clock")
+#: a candidate saved with one window of each case: what it covers is the point, not its windows
+ONE_WINDOW = ("--fp4-windows", "1")
 
 MED = 23.1e-6
 
@@ -160,11 +166,12 @@ def test_a_backend_left_unnamed_on_its_named_only_device_is_not_selected_not_mis
     assert compare(base, cur, availability_now={"torch-bf16|p|t1": "ok"}).exit_code == 3
 
 
+@steady
 def test_fp4_backends_narrows_a_gated_pytest_run(bench):
-    data = json.loads(json.dumps(steady_baseline(bench)))
-    res = bench.runpytest(*GATE, "--fp4-backends", "steady-spin,torch-bf16", "--fp4-save-baseline", "two.json")
+    res = bench.runpytest(*GATE, "--fp4-backends", "steady-spin,steady-spin-2", "--fp4-save-baseline", "two.json",
+                          *ONE_WINDOW)
     assert res.ret == 0, res.stdout.str()
-    assert len(json.loads((bench.path / "two.json").read_text())["benchmarks"]) == 2 * len(data["benchmarks"])
+    assert len(json.loads((bench.path / "two.json").read_text())["benchmarks"]) == 2 * len(GATE_IDS)
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "two.json")  # GATE selects --fp4-backends steady-spin
     out = res.stdout.str()
     assert res.ret == 0, out
@@ -172,6 +179,7 @@ def test_fp4_backends_narrows_a_gated_pytest_run(bench):
     assert "coverage: judged 2 of 2 expected benchmarks; 2 not selected" in out
 
 
+@steady
 def test_a_selection_no_backend_runs_is_incomplete(bench):
     steady_baseline(bench)
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "base.json", "--fp4-kinds", "moe")  # steady-spin: dense only
@@ -209,6 +217,7 @@ def test_compare_allow_missing_with_nothing_in_common(tmp_path, capsys):
 
 
 
+@steady
 def test_an_empty_baseline_path_is_a_usage_error(bench):
     for flag in ("--fp4-baseline-file=", "--fp4-baseline-file=  ", "--benchmark-compare="):
         res = bench.runpytest(*GATE, flag)
@@ -217,10 +226,12 @@ def test_an_empty_baseline_path_is_a_usage_error(bench):
         assert "empty baseline path" in err and "Traceback" not in err + res.stdout.str()
 
 
+@steady
 def test_an_unclean_candidate_gets_no_approve_hint(bench):
     fast = json.loads(json.dumps(steady_baseline(bench)))
     write_json(bench, "fast.json", faster_baseline(fast, 0.6))  # every case now reads 1.67x slower
-    res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json")
+    res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "--fp4-save-baseline", "c.json",
+                          *ONE_WINDOW)
     out = res.stdout.str()
     assert res.ret == 1, out
     assert "approve it with" not in out
@@ -293,8 +304,9 @@ BACKENDS = [TwoTactics()]  # loaded into the inner runs with --fp4-plugin test_c
 TWO = [*GATE, "--fp4-plugin", __name__, "--fp4-backends", "two-tactic"]
 
 
+@steady
 def test_default_tactics_gated_against_an_all_tactics_baseline_expect_the_default_tactics_only(bench):
-    res = bench.runpytest(*TWO, "--fp4-tactics", "all", "--fp4-save-baseline", "all.json")
+    res = bench.runpytest(*TWO, "--fp4-tactics", "all", "--fp4-save-baseline", "all.json", *ONE_WINDOW)
     assert res.ret == 0, res.stdout.str()
     data = json.loads((bench.path / "all.json").read_text())
     assert sorted(b["extra_info"]["tactic_sweep"] for b in data["benchmarks"]) == ["all", "all", "default", "default"]
@@ -311,8 +323,9 @@ def test_default_tactics_gated_against_an_all_tactics_baseline_expect_the_defaul
     assert res.ret == 3 and "MISSING (1)" in res.stdout.str(), res.stdout.str()
 
 
+@steady
 def test_fp4_routing_narrows_a_gated_pytest_run(bench):
-    res = bench.runpytest(*GATE, "--fp4-routing", "uniform,zipf:1.2", "--fp4-save-baseline", "two.json")
+    res = bench.runpytest(*GATE, "--fp4-routing", "uniform,zipf:1.2", "--fp4-save-baseline", "two.json", *ONE_WINDOW)
     assert res.ret == 0, res.stdout.str()
     assert len(json.loads((bench.path / "two.json").read_text())["benchmarks"]) == 4
     res = bench.runpytest(*GATE, "--fp4-routing", "zipf:1.2", "--fp4-baseline-file", "two.json")

@@ -15,14 +15,14 @@ import pytest
 from fp4bench.gate.verdict_json import validate
 from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines, skipped_lines
 from fp4bench.report.textfit import WIDTH
-from fakes.pytest_run import GATE, GATE_IDS, TINY, faster_baseline, steady_baseline, write_json
+from fakes.pytest_run import GATE, GATE_IDS, STEADY_RUN, TINY, faster_baseline, steady_baseline, write_json
+from fakes.pytest_run import quick_runs, sim_clock  # noqa: F401  (fixtures)
 from fakes.paths import ROOT
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.usefixtures("isolated_registry")
-
-
-BF16 = [*TINY, "--fp4-backends", "torch-bf16"]
+pytestmark = pytest.mark.usefixtures("isolated_registry", "quick_runs")
+#: a test whose runs time the steady backend of tests/fakes/pytest_run.py on the simulated clock
+steady = pytest.mark.usefixtures("sim_clock")
 
 
 def _width(text: str) -> int:
@@ -55,15 +55,16 @@ def test_tracker_prints_at_most_every_interval_and_never_after_the_last_case():
     assert Tracker(interval_s=0, planned=["a"], t0=0.0).due() is None  # --fp4-progress 0: off
 
 
+@steady
 def test_progress_lines_in_a_run(bench):
-    res = bench.runpytest(*BF16, "-q", "--fp4-progress", "1e-9")
+    res = bench.runpytest(*STEADY_RUN, "-q", "--fp4-progress", "1e-9")
     out = res.stdout.str()
     assert res.ret == 0, out
     # two cases: one line after the first, none after the last (the summary follows)
     assert re.findall(r"^fp4bench: (\d)/2 cases, \d+s elapsed, ETA \d+s$", out, re.M) == ["1"]
-    res = bench.runpytest(*BF16, "-q")  # default: every 30 s, so a quick run prints none
+    res = bench.runpytest(*STEADY_RUN, "-q")  # default: every 30 s, so a quick run prints none
     assert "fp4bench: 1/2 cases" not in res.stdout.str()
-    res = bench.runpytest(*BF16, "--fp4-progress", "-1")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-progress", "-1")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "--fp4-progress: must be a finite number of seconds >= 0" in res.stderr.str()
 
 
@@ -88,11 +89,12 @@ def test_results_table_says_shared_values_once_and_fits_160():
 # --- skips and empty benchmarks ---------------------------------------------------------------------
 
 
+@steady
 def test_no_selected_backend_for_a_kind_is_one_named_skip(bench):
-    res = bench.runpytest(*BF16[:-4], "--fp4-kinds", "dense,moe", "--fp4-backends", "torch-bf16")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-kinds", "dense,moe")
     out = res.stdout.str()
     assert res.ret == 0, out
-    assert "SKIPPED [1] test_fp4_gemm.py:20: no selected backend runs moe (--fp4-backends torch-bf16)" in out
+    assert "SKIPPED [1] test_fp4_gemm.py:20: no selected backend runs moe (--fp4-backends steady-spin)" in out
     assert "SKIPPED [1] test_fp4_gemm.py:15: grouped not selected (--fp4-kinds dense,moe)" in out
     assert "empty parameter set" not in out
 
@@ -111,7 +113,9 @@ def test_a_cpu_run_with_skips_and_failures_prints_no_line_over_160_and_no_profil
     """``pytest bench`` as the README runs it, on CPU, in a CI log (``CI`` set: pytest prints each
     failure's whole message in the short summary) and with ``-s`` (nothing captured): every
     GPU backend's skip, the fault backends' failures (at M = 32 the zero band and the bit flip
-    fail) and the measured CPU rows (whose kernel names the CPU run does not profile)."""
+    fail) and the measured CPU rows (whose kernel names the CPU run does not profile). The
+    smallest such run: the two dense GEMMs of one batch at TP 8 (the grouped and MoE ones are
+    skipped on a CPU), each timed for the fewest samples."""
     from fp4bench.backends import registry
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
@@ -119,7 +123,7 @@ def test_a_cpu_run_with_skips_and_failures_prints_no_line_over_160_and_no_profil
     backends = [b.name for b in registry.all_backends() if not b.test_only]  # every real backend
     cmd = [sys.executable, "-m", "pytest", "bench", "-p", "no:cacheprovider", "-q", "-rA", "-s",
            "--fp4-plugin", "fp4bench.testing.faults", "--fp4-backends", ",".join([*backends, *FAULTS]),
-           "--fp4-batches", "32", "--fp4-kinds", "dense,grouped,moe", "--fp4-time-budget", "0.05",
+           "--fp4-batches", "32", "--fp4-tp", "8", "--fp4-kinds", "dense,grouped,moe", "--fp4-time-budget", "0.02",
            "--fp4-min-samples", "3"]
     # from the checkout's root, as the README runs it: pytest names the tests bench/test_fp4_gemm.py::...
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -136,6 +140,7 @@ def test_a_cpu_run_with_skips_and_failures_prints_no_line_over_160_and_no_profil
 # --- a run stopped early: "not run", not MISSING --------------------------------------------------
 
 
+@steady
 def test_after_x_the_cases_not_run_are_not_reached_not_missing(bench):
     write_json(bench, "fast.json", faster_baseline(steady_baseline(bench), 0.6))  # the first case fails ...
     res = bench.runpytest(*GATE, "--fp4-baseline-file", "fast.json", "--fp4-no-confirm", "-x",
@@ -163,6 +168,7 @@ def pytest_runtest_logfinish(nodeid, location):
 '''
 
 
+@steady
 def test_a_stop_without_failures_still_fails_the_gate_unless_allowed(bench):
     steady_baseline(bench)
     bench.makeconftest(STOP_AFTER_FIRST)
@@ -178,9 +184,10 @@ def test_a_stop_without_failures_still_fails_the_gate_unless_allowed(bench):
     assert "--fp4-allow-missing: the gate judged only the cases that ran" in res.stdout.str()
 
 
+@steady
 def test_an_incomplete_run_is_not_a_clean_candidate(bench):
     bench.makeconftest(STOP_AFTER_FIRST)
-    res = bench.runpytest(*BF16, "--fp4-save-baseline", "cand.json")
+    res = bench.runpytest(*STEADY_RUN, "--fp4-save-baseline", "cand.json")
     assert res.ret == 0, res.stdout.str()  # no gate: nothing to fail
     assert "run INCOMPLETE: 1 of 2 cases not run" in res.stdout.str()
     assert json.loads((bench.path / "cand.json").read_text())["fp4bench"]["clean"] is False

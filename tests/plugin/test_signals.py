@@ -35,8 +35,8 @@ def test_sigterm_ends_the_run_as_interrupted_and_keeps_its_records(tmp_path):
     (tmp_path / "test_fp4_gemm.py").write_text(BENCH_FILE)
     (tmp_path / "conftest.py").write_text(CONFTEST)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]))
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *TINY, "--fp4-backends", "torch-bf16",
-                             "--fp4-save-baseline", "cand.json"],
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *TINY, "--fp4-plugin", "fakes.pytest_run",
+                             "--fp4-backends", "steady-spin", "--fp4-save-baseline", "cand.json"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         marker = tmp_path / "second-case-started"
