@@ -206,3 +206,36 @@ def test_check_case_accepts_an_api_that_returns_its_own_tensor(gemm):
     out = torch.empty(M, N, dtype=torch.bfloat16)
     res = check_case(lambda: (a @ w.t()).to(torch.bfloat16), out, ref, bound, _bulk(ref, bound))
     assert res.kind == OK
+
+
+# --- the bulk tier -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("edge", ["zero row", "tiny", "subnormal", "all zero"])
+def test_the_bulk_tier_does_not_fail_a_correct_dense_output_at_the_edges(gemm, edge):
+    """Another summation order stored in bf16, on outputs with a zero row, all values tiny (2^-100),
+    mostly subnormal (inputs scaled by 2^-125: bf16 keeps a few bits there) or all zero: both tiers pass."""
+    a, w, _, _ = gemm
+    a = a.clone()
+    if edge == "zero row":
+        a[3] = 0
+    elif edge in ("tiny", "subnormal"):
+        a = a * 2.0 ** (-100 if edge == "tiny" else -125)
+    else:
+        a.zero_()
+    ref = a @ w.t()
+    bound = gemm_error_bound(a, w, ref, K)
+    out = _chunked(a, w, 16).to(torch.bfloat16).float()
+    res = classify(out, out, ref, bound, _bulk(ref, bound))
+    assert res.kind == OK, res.detail
+
+
+def test_the_bulk_tier_names_an_output_off_in_norm_within_the_elementwise_bound(gemm):
+    _, _, ref, bound = gemm
+    res = classify(ref * 1.5, ref * 1.5, ref, 10 * ref.abs().max(), gemm_bulk(1))
+    assert res.kind == MISMATCH and res.worst_bound_ratio < 1
+    assert res.detail == ("bulk tier: relative error 0.5 over the tolerance 0.00391 "
+                          "(1 bf16 rounding of the output; ||out-ref||/||ref||)")
+    zero = torch.zeros_like(ref)
+    res = classify(zero + 1e-3, zero + 1e-3, zero, 1.0, gemm_bulk(1))
+    assert res.kind == MISMATCH and res.detail == "bulk tier: error norm 0.098 over the tolerance 0 while ref is all zero"
