@@ -31,7 +31,8 @@ is the triangle inequality over ``r·u|ref| + fp32 term``): it cannot fail where
 passes. Margin over correct kernels: the SM90 W4A16 CUTLASS fused MoE measured 55.6 dB against
 the reference on an H100/H200 (relative 1.7e-3, GLM-5 b1/b64/b512; the dense torch bf16/fp8 rows
 the same 55.6 dB, one bf16 output rounding); the bf16-path tolerance 5.1 u = 0.020 is 12x that,
-the NVFP4-path 2 u + 0.128 = 0.136 is 80x it; a swapped gate/up or misread scale layout gives 0.5-1.
+the NVFP4-path 2 u + 0.128 = 0.136 is 80x it (no NVFP4 fused MoE has a recorded GPU value yet); a swapped
+gate/up or misread scale layout gives 0.5-0.9.
 """
 
 from __future__ import annotations
