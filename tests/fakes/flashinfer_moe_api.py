@@ -42,7 +42,9 @@ class FakeRunner:
 
 
 class FakeFlashInfer:
-    """Stands in for ``FlashInferMoEApi``; ``mistake`` makes it decode wrongly (negative tests)."""
+    """Stands in for ``FlashInferMoEApi``; ``mistake`` makes it decode wrongly (negative tests):
+    ``no_weight_deinterleave``, ``no_scale_deinterleave`` (W4A16), ``scales_linear`` (NVFP4: the 128x4-swizzled
+    weight scales read row-major), ``gate_first``."""
 
     def __init__(self, arch: str = "90", n1: int = 116, n2: int = 116, mistake: str | None = None,
                  failing: set[int] = frozenset(), invalid: set[int] = frozenset(),
