@@ -16,7 +16,7 @@ from fakes.flashinfer_b12x_moe import FakeB12xMoE, modules
 from fakes.flashinfer_moe_api import matches, moe_problem
 from fp4bench.backends.base import DEFAULT_TACTIC
 from fp4bench.backends.builtin import flashinfer_b12x_moe as fbm
-from fp4bench.reference.moe import moe_error_bound, reference_moe
+from fp4bench.reference.bound import reference_and_bound
 from fp4bench.workload.operands import make_operands
 
 CPU = torch.device("cpu")
@@ -37,10 +37,9 @@ def _ops(seed=0):
 
 def _checked(be, ops) -> tuple[bool, object]:
     prep = be.prepare(ops.problem, ops, CPU)
-    opts = be.reference_options(prep)
-    ref = reference_moe(ops, **opts)
+    ref = reference_and_bound(ops, be.reference_options(prep))
     prep.out.fill_(float("nan"))
-    return matches(be.run(prep, DEFAULT_TACTIC), ref, moe_error_bound(ops, ref, **opts)), prep
+    return matches(be.run(prep, DEFAULT_TACTIC), ref), prep
 
 
 @pytest.mark.parametrize("version, seed", [("0.7.2.post1", 0), ("0.7.4", 1)])
@@ -75,9 +74,7 @@ def test_input_global_scale_is_the_decode_scale_the_kernel_folds_into_fc1(monkey
     call = prep.args["call"]
     assert torch.allclose(call["input_global_scale"] * ops.qa.global_scale.float(), torch.ones(1))
     call["input_global_scale"] = 1.0 / call["input_global_scale"]
-    opts = be.reference_options(prep)
-    ref = reference_moe(ops, **opts)
-    assert not matches(be.run(prep, DEFAULT_TACTIC), ref, moe_error_bound(ops, ref, **opts))
+    assert not matches(be.run(prep, DEFAULT_TACTIC), reference_and_bound(ops, be.reference_options(prep)))
 
 
 @pytest.mark.parametrize("gpu, why", [("H200", r"SM120/121 only; this is SM90"),

@@ -16,7 +16,7 @@ from fakes.flashinfer_moe_api import matches, moe_problem
 from fakes.flashinfer_trtllm_moe import CONFIGS, FakeTrtllmMoE, modules
 from fp4bench.backends.base import DEFAULT_TACTIC
 from fp4bench.backends.builtin import flashinfer_trtllm_moe as ftm
-from fp4bench.reference.moe import moe_error_bound, reference_moe
+from fp4bench.reference.bound import reference_and_bound
 from fp4bench.workload.operands import make_operands
 
 CPU = torch.device("cpu")
@@ -39,13 +39,11 @@ def _ops(seed=0):
 def _checked(be, ops, tactics=(DEFAULT_TACTIC,)) -> tuple[list[bool], object]:
     """Whether each tactic's output passes the check against the reference of the row's options."""
     prep = be.prepare(ops.problem, ops, CPU)
-    opts = be.reference_options(prep)
-    ref = reference_moe(ops, **opts)
-    bound = moe_error_bound(ops, ref, **opts)
+    ref = reference_and_bound(ops, be.reference_options(prep))
     oks = []
     for tactic in tactics:
         prep.out.fill_(float("nan"))
-        oks.append(matches(be.run(prep, tactic), ref, bound))
+        oks.append(matches(be.run(prep, tactic), ref))
     return oks, prep
 
 

@@ -9,7 +9,7 @@ What is checked:
    (``sm90_w4a16_tactic_descriptions``: 116 per GEMM);
 2. fp4bench's torch model of the SM90 weight / scale interleave equals FlashInfer's helpers byte for byte;
 3. every tactic of the sweep on a small GLM-5 layer (H 6144, 256 experts, top-8, I 256 = TP8) is
-   correct against ``reference_moe`` (poison/NaN checks and ``moe_error_bound``); a tactic the
+   correct against ``reference_moe`` (poison/NaN checks and ``moe_error_bound`` and the bulk tier); a tactic the
    library cannot run for the shape is data, not a failure;
 4. ``block_scale_interleave`` equals ``formats.swizzle_128x4``; ``e2m1_and_ufp8sf_scale_to_float``
    equals our NVFP4 decode within 2^-22 relative (FlashInfer multiplies by the rounded 1/global
@@ -81,9 +81,9 @@ def test_every_tactic_is_correct_on_a_glm5_layer(runner):
     from fp4bench.backends.base import DEFAULT_TACTIC, TacticUnsupported
     from fp4bench.backends.builtin.flashinfer_moe import FlashInferCutlassMoEW4A16
     from fp4bench.measure.verify import check_case
+    from fp4bench.reference.bound import reference_and_bound
     from fp4bench.workload.operands import make_operands
     from fp4bench.workload.problems import MoEProblem, Origin
-    from fp4bench.reference.moe import moe_error_bound, reference_moe, unquantized_moe
 
     g = torch.Generator().manual_seed(0)
     tokens, inter = 16, 256
@@ -95,13 +95,12 @@ def test_every_tactic_is_correct_on_a_glm5_layer(runner):
     assert be.unsupported_reason(problem) is None
     ops = make_operands(problem, be.act_format, be.weight_format, device=DEV, seed=0)
     prep = be.prepare(problem, ops, DEV)
-    ref = reference_moe(ops, **be.reference_options(prep))
-    bound = moe_error_bound(ops, ref, be.intermediate)
-    e2e = unquantized_moe(ops)
+    ref = reference_and_bound(ops, be.reference_options(prep))  # as the CaseRunner builds it
     ran, wrong = 0, []
     for tac in [DEFAULT_TACTIC, *be.tactics(problem, DEV)]:
         try:
-            res = check_case(lambda: be.run(prep, tac), prep.out, ref, bound, unquantized=e2e)
+            res = check_case(lambda: be.run(prep, tac), prep.out, ref.out, ref.bound, ref.bulk,
+                             unquantized=ref.unquantized)
         except TacticUnsupported:
             continue
         ran += 1

@@ -7,6 +7,7 @@ import torch
 
 from fp4bench.measure import replays as later
 from fp4bench.measure.verify import ALL_ZERO, MISMATCH, OK, SENTINEL, UNWRITTEN
+from fp4bench.reference.bulk import gemm_bulk
 
 CPU = torch.device("cpu")
 
@@ -39,7 +40,7 @@ def _sets(k: Kernel) -> list[later.OperandSet]:
 
     def make(name, x):
         return later.OperandSet(name, lambda: k.x.copy_(x),
-                                lambda got: later.check_output(got, x * 2, 1e-6, k.out))
+                                lambda got: later.check_output(got, x * 2, 1e-6, gemm_bulk(1), k.out))
     return [make("A", a), make("B", b)]
 
 
@@ -77,7 +78,7 @@ def test_one_operand_set_cannot_show_a_stale_result():
     """Why the inputs change between replays: the stale kernel passes when they do not."""
     k = Kernel("stale")
     x = torch.randn(4, 8)
-    one = later.OperandSet("A", lambda: k.x.copy_(x), lambda got: later.check_output(got, x * 2, 1e-6, k.out))
+    one = later.OperandSet("A", lambda: k.x.copy_(x), lambda got: later.check_output(got, x * 2, 1e-6, gemm_bulk(1), k.out))
     assert later.replay_check(k, lambda: k.out.fill_(SENTINEL), [one], 8, "eager").result.ok
     assert _run(Kernel("stale")).result.kind == later.REPLAY_MISMATCH
 

@@ -11,6 +11,7 @@ import torch
 from fp4bench.measure.verify import (ALL_ZERO, FAILURE_KINDS, MISMATCH, NAN_INF, OK, SENTINEL, UNWRITTEN,
                                      WRONG_LAYOUT, CheckResult, check_case, classify)
 from fp4bench.reference.bound import BF16_UNIT_ROUNDOFF, gemm_error_bound
+from fp4bench.reference.bulk import gemm_bulk
 
 M, N, K = 200, 48, 256
 
@@ -38,6 +39,11 @@ def _chunked(a: torch.Tensor, w: torch.Tensor, chunk: int) -> torch.Tensor:
     return out
 
 
+def _bulk(ref: torch.Tensor, bound: torch.Tensor):
+    """The bulk tier of a one-rounding GEMM with ``gemm_error_bound``'s absolute terms (as ``reference.bound``)."""
+    return gemm_bulk(1, bound - BF16_UNIT_ROUNDOFF * ref.abs())
+
+
 # --- classify: one case per kind -----------------------------------------------------------------
 
 
@@ -46,7 +52,7 @@ def test_correct_output_in_another_summation_order_passes(gemm):
     for other in (a.flip(1) @ w.flip(1).t(), _chunked(a, w, 16), _chunked(a, w, 96)):
         assert not torch.equal(other, ref)  # the order really changed the fp32 result
         out = other.to(torch.bfloat16).float()  # what a bf16-output kernel stores
-        res = classify(out, out, ref, bound)
+        res = classify(out, out, ref, bound, _bulk(ref, bound))
         assert res.kind == OK and res.ok, res.detail
         assert 0 < res.worst_bound_ratio <= 1.0
         assert res.max_rel_err < 2 * BF16_UNIT_ROUNDOFF
@@ -85,10 +91,10 @@ def test_one_bf16_ulp_beyond_the_bound_fails(gemm):
         assert inside - r <= b < outside - r
         good = base.clone()
         good[i, j] = inside
-        assert classify(good, good, ref, bound).kind == OK
+        assert classify(good, good, ref, bound, _bulk(ref, bound)).kind == OK
         bad = base.clone()
         bad[i, j] = outside
-        res = classify(bad, bad, ref, bound)
+        res = classify(bad, bad, ref, bound, _bulk(ref, bound))
         assert res.kind == MISMATCH
         assert res.detail.startswith(f"1/{M * N} elements beyond the bound")
         assert f"row-tile(s) of 128 [{i // 128}]" in res.detail
@@ -99,7 +105,7 @@ def test_mismatch_names_count_and_tiles(gemm):
     _, _, ref, bound = gemm
     out = ref.to(torch.bfloat16).float()
     out[130:140] += 0.05 * ref.abs().max()  # 5 % of the output scale: 12x the bf16 rounding anywhere
-    res = classify(out, out, ref, bound)
+    res = classify(out, out, ref, bound, _bulk(ref, bound))
     assert res.kind == MISMATCH
     assert res.detail.startswith(f"{10 * N}/{M * N} elements beyond the bound")
     assert "1 row-tile(s) of 128 [1]" in res.detail
@@ -108,22 +114,22 @@ def test_mismatch_names_count_and_tiles(gemm):
 def test_all_zero_output(gemm):
     _, _, ref, bound = gemm
     zeros = torch.zeros_like(ref)
-    res = classify(zeros, zeros, ref, bound)
+    res = classify(zeros, zeros, ref, bound, _bulk(ref, bound))
     assert res.kind == ALL_ZERO
     assert res.detail.startswith(f"all {M * N} outputs are 0 while max|ref| = ")
     # a zero output is right when the product is zero
-    assert classify(zeros, zeros, torch.zeros_like(ref), 1e-30).kind == OK
+    assert classify(zeros, zeros, torch.zeros_like(ref), 1e-30, gemm_bulk(1)).kind == OK
 
 
 def test_nan_made_by_the_kernel(gemm):
     _, _, ref, bound = gemm
     out = ref.to(torch.bfloat16).float()
     out[5, 7] = float("nan")  # NaN in both runs: the kernel computed it
-    res = classify(out, out, ref, bound)
+    res = classify(out, out, ref, bound, _bulk(ref, bound))
     assert res.kind == NAN_INF
     assert res.detail == "1 elements in 1 row-tile(s) of 128 [0]"
     out[5, 7] = float("-inf")
-    assert classify(out, out, ref, bound).kind == NAN_INF
+    assert classify(out, out, ref, bound, _bulk(ref, bound)).kind == NAN_INF
 
 
 def test_unwritten_tiles_detected_through_bf16(gemm):
@@ -133,7 +139,7 @@ def test_unwritten_tiles_detected_through_bf16(gemm):
     first[128:] = float("nan")  # run 1 poisoned with NaN, last tile never written
     second[128:] = SENTINEL  # run 2 poisoned with the sentinel, still not written
     assert second.dtype == torch.bfloat16 and float(second[150, 0]) == SENTINEL  # exact in bf16
-    res = classify(first.float(), second.float(), ref, bound)
+    res = classify(first.float(), second.float(), ref, bound, _bulk(ref, bound))
     assert res.kind == UNWRITTEN
     assert res.detail == f"{(M - 128) * N} elements in 1 row-tile(s) of 128 [1]"
 
@@ -171,7 +177,7 @@ def test_check_case_poisons_then_classifies(gemm):
     out = torch.empty(M, N, dtype=torch.bfloat16)
     k = _Kernel(out, _chunked(a, w, 32))
     unq = ref + 0.01 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(3))
-    res = check_case(k, out, ref, bound, unquantized=unq)
+    res = check_case(k, out, ref, bound, _bulk(ref, bound), unquantized=unq)
     assert res.kind == OK
     assert len(k.seen) == 2
     assert bool(torch.isnan(k.seen[0]).all()) and bool((k.seen[1] == SENTINEL).all())
@@ -184,7 +190,7 @@ def test_check_case_failure_kinds(gemm):
 
     def run_with(value, rows=None):
         out = torch.empty(M, N, dtype=torch.bfloat16)
-        return check_case(_Kernel(out, value, rows), out, ref, bound, unquantized=ref)
+        return check_case(_Kernel(out, value, rows), out, ref, bound, _bulk(ref, bound), unquantized=ref)
 
     assert run_with(good, rows=128).kind == UNWRITTEN
     assert run_with(torch.zeros_like(good)).kind == ALL_ZERO
@@ -198,5 +204,38 @@ def test_check_case_failure_kinds(gemm):
 def test_check_case_accepts_an_api_that_returns_its_own_tensor(gemm):
     a, w, ref, bound = gemm
     out = torch.empty(M, N, dtype=torch.bfloat16)
-    res = check_case(lambda: (a @ w.t()).to(torch.bfloat16), out, ref, bound)
+    res = check_case(lambda: (a @ w.t()).to(torch.bfloat16), out, ref, bound, _bulk(ref, bound))
     assert res.kind == OK
+
+
+# --- the bulk tier -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("edge", ["zero row", "tiny", "subnormal", "all zero"])
+def test_the_bulk_tier_does_not_fail_a_correct_dense_output_at_the_edges(gemm, edge):
+    """Another summation order stored in bf16, on outputs with a zero row, all values tiny (2^-100),
+    mostly subnormal (inputs scaled by 2^-125: bf16 keeps a few bits there) or all zero: both tiers pass."""
+    a, w, _, _ = gemm
+    a = a.clone()
+    if edge == "zero row":
+        a[3] = 0
+    elif edge in ("tiny", "subnormal"):
+        a = a * 2.0 ** (-100 if edge == "tiny" else -125)
+    else:
+        a.zero_()
+    ref = a @ w.t()
+    bound = gemm_error_bound(a, w, ref, K)
+    out = _chunked(a, w, 16).to(torch.bfloat16).float()
+    res = classify(out, out, ref, bound, _bulk(ref, bound))
+    assert res.kind == OK, res.detail
+
+
+def test_the_bulk_tier_names_an_output_off_in_norm_within_the_elementwise_bound(gemm):
+    _, _, ref, bound = gemm
+    res = classify(ref * 1.5, ref * 1.5, ref, 10 * ref.abs().max(), gemm_bulk(1))
+    assert res.kind == MISMATCH and res.worst_bound_ratio < 1
+    assert res.detail == ("bulk tier: relative error 0.5 over the tolerance 0.00391 "
+                          "(1 bf16 rounding of the output; ||out-ref||/||ref||)")
+    zero = torch.zeros_like(ref)
+    res = classify(zero + 1e-3, zero + 1e-3, zero, 1.0, gemm_bulk(1))
+    assert res.kind == MISMATCH and res.detail == "bulk tier: error norm 0.098 over the tolerance 0 while ref is all zero"

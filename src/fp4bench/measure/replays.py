@@ -31,6 +31,7 @@ import torch
 
 from fp4bench.measure.verify import OK, SENTINEL, WRONG_LAYOUT, CheckResult, classify, layout_error
 from fp4bench.options.values import DEFAULT_REPLAYS  # noqa: F401 (the rule's default)
+from fp4bench.reference.bulk import BulkTolerance
 
 REPLAY_MISMATCH = "replay mismatch"
 COPY_MISMATCH = "copy mismatch"
@@ -60,7 +61,8 @@ def replays_for(requested: int, est_call_s: float | None, budget_s: float, outpu
     return max(min(requested, MIN_REPLAYS), n)
 
 
-def check_output(result: Any, ref: torch.Tensor, bound: torch.Tensor | float, out: torch.Tensor) -> CheckResult:
+def check_output(result: Any, ref: torch.Tensor, bound: torch.Tensor | float, bulk: BulkTolerance,
+                 out: torch.Tensor) -> CheckResult:
     """One output written over ``SENTINEL`` (``out``: the buffer the kernel was to write), with
     ``verify``'s kinds: an element still holding the sentinel was not written."""
     wrong = layout_error(result, out, ref)
@@ -68,7 +70,7 @@ def check_output(result: Any, ref: torch.Tensor, bound: torch.Tensor | float, ou
         return CheckResult(WRONG_LAYOUT, f"output has {wrong}")
     got = result.float()
     first = torch.where(got == SENTINEL, torch.full_like(got, float("nan")), got)
-    return classify(first, got, ref.float(), bound)
+    return classify(first, got, ref.float(), bound, bulk)
 
 
 @dataclass

@@ -7,7 +7,9 @@ differs from the fp32 reference only by (1) the order of fp32 accumulation, boun
 ``K·u32·(|A|·|W|ᵀ)`` with ``u32 = 2^-24`` (the classic γ_K bound, Higham, "Accuracy and Stability
 of Numerical Algorithms", section 3.1), and (2) rounding the result to bf16 (8 significant bits):
 at most the bf16 unit roundoff ``2^-8·|ref|`` per rounding. The fused MoE layer's bound is
-``reference.moe.moe_error_bound``. Nothing here is tuned to make a backend pass.
+``reference.moe.moe_error_bound``. Next to the bound, each ``Reference`` carries the bulk tier's
+tolerance on ``||out - ref|| / ||ref||`` for the same path (``reference.bulk``). Nothing here is tuned
+to make a backend pass.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import torch
 
 from fp4bench.reference import moe as reference_moe
+from fp4bench.reference.bulk import BulkTolerance, gemm_bulk, moe_bulk
 from fp4bench.reference.dense import (decoded_activations, decoded_weights, expert_products, reference_gemm,
                                       unquantized_gemm)
 from fp4bench.workload.operands import Operands
@@ -29,11 +32,13 @@ FP32_UNIT_ROUNDOFF = 2.0 ** -24
 
 @dataclass
 class Reference:
-    """The reference output, its elementwise bound, and the unquantized (bf16-input) output."""
+    """The reference output, its elementwise bound, the unquantized (bf16-input) output, and the
+    bulk tier's tolerance on the output's relative error norm."""
 
     out: torch.Tensor
     bound: torch.Tensor
     unquantized: torch.Tensor | None
+    bulk: BulkTolerance
 
 
 def gemm_error_bound(a: torch.Tensor, w: torch.Tensor, ref: torch.Tensor, k: int, roundings: int = 1) -> torch.Tensor:
@@ -58,7 +63,9 @@ def reference_and_bound(ops: Operands, options: dict[str, Any] | None = None, ro
     options = dict(options or {})
     if isinstance(ops.problem, MoEProblem):
         out = reference_moe.reference_moe(ops, **options)
-        return Reference(out, reference_moe.moe_error_bound(ops, out, **options), reference_moe.unquantized_moe(ops))
+        flip, absolute = reference_moe.moe_bound_terms(ops, **options)
+        return Reference(out, BF16_UNIT_ROUNDOFF * out.abs() + flip + absolute, reference_moe.unquantized_moe(ops),
+                         moe_bulk(options.get("intermediate", "bf16"), absolute))
     if options:
         raise ValueError(f"reference options {sorted(options)} apply to MoE problems only")
     out = reference_gemm(ops)
@@ -66,4 +73,5 @@ def reference_and_bound(ops: Operands, options: dict[str, Any] | None = None, ro
         bound = gemm_error_bound(decoded_activations(ops), decoded_weights(ops), out, ops.problem.k, roundings)
     else:
         bound = grouped_error_bound(ops, out, roundings)
-    return Reference(out, bound, unquantized_gemm(ops))
+    relative = (1 + BF16_UNIT_ROUNDOFF) ** roundings - 1
+    return Reference(out, bound, unquantized_gemm(ops), gemm_bulk(roundings, bound - relative * out.abs()))

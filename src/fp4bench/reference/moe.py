@@ -200,10 +200,20 @@ def moe_error_bound(ops: Operands, ref: torch.Tensor, intermediate: Intermediate
     ``M[t, h] = Σ_k w_k Σ_j |act_kj| |W2_k[h, j]|`` -- the magnitude sum through which a flipped
     intermediate rounding (``FLIP``, worst case all of them) or fp32 reordering (Higham's
     γ_K-style term) can reach the output. Rigorous and therefore loose (M is about sqrt(I)
-    times |ref| on random data): it catches layout and scale bugs, which are O(|ref|); report
-    ``max|out-ref| / max|ref|`` next to it for finer regressions. With ``kernel_input`` it adds
+    times |ref| on random data): a swapped gate/up or a misread scale layout, wrong by O(|ref|),
+    can stay under it, so the check adds the norm tier of ``reference.bulk``. With ``kernel_input`` it adds
     ``input_tie_term`` (zero unless one of those activations sits on a rounding near-tie).
     """
+    flip, absolute = moe_bound_terms(ops, intermediate, fc2_act_global_scale, kernel_input)
+    return 2.0 ** -8 * ref.abs() + flip + absolute
+
+
+def moe_bound_terms(ops: Operands, intermediate: Intermediate = "bf16",
+                    fc2_act_global_scale: torch.Tensor | float | None = None,
+                    kernel_input: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``moe_error_bound`` less its ``2^-8 |ref|`` term, in two parts: ``FLIP * M`` (flipped
+    intermediate roundings through the magnitudes) and the absolute rest (fp32 reordering,
+    ``tiny``, and the input near-tie term), which ``reference.bulk`` also uses."""
     _check(ops, "swiglu", intermediate, fc2_act_global_scale, kernel_input)
     p: MoEProblem = ops.problem
     x = _decoded_activations(ops)
@@ -211,11 +221,10 @@ def moe_error_bound(ops: Operands, ref: torch.Tensor, intermediate: Intermediate
     for e, tok_e, wts_e in _routed_groups(ops):
         act = _swiglu_input(ops, x, e, tok_e, intermediate).abs()
         mag.index_add_(0, tok_e, (act @ decoded_expert_weight(ops.qw2, ops.w2, e).abs().t()) * wts_e[:, None])
-    per = _FLIP[intermediate] + (p.inter + p.hidden) * 2.0 ** -24
-    bound = 2.0 ** -8 * ref.abs() + per * mag + torch.finfo(torch.float32).tiny
+    absolute = (p.inter + p.hidden) * 2.0 ** -24 * mag + torch.finfo(torch.float32).tiny
     if kernel_input is not None:
-        bound = bound + input_tie_term(ops, x, kernel_input, fc2_act_global_scale)
-    return bound
+        absolute = absolute + input_tie_term(ops, x, kernel_input, fc2_act_global_scale)
+    return _FLIP[intermediate] * mag, absolute
 
 
 def _check_kernel_input(ops: Operands, kernel_input: torch.Tensor) -> None:

@@ -258,7 +258,7 @@ class CaseRunner(CaseCaches):
             if not quantized.ok:
                 return quantized
         ref = self.reference(ops, backend.reference_options(prep), backend.output_roundings)
-        return check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.unquantized)
+        return check_case(lambda: backend.run(prep, tactic), prep.out, ref.out, ref.bound, ref.bulk, ref.unquantized)
 
     def _second_set(self, backend: Backend, ops: Operands, prep: Prepared) -> SecondSet:
         """The replays' second operand set for the cached ``prep`` (made once per backend and

@@ -109,7 +109,7 @@ def _output_check(backend: Backend, ops: Operands, prep: Prepared, ref: Referenc
         layout = getattr(backend, "scale_layout", "128x4")
         return lambda got: compare_quantized(got, ops.qa, layout)
     assert ref is not None
-    return lambda got: later.check_output(got, ref.out, ref.bound, prep.out)
+    return lambda got: later.check_output(got, ref.out, ref.bound, ref.bulk, prep.out)
 
 
 def replay_case(backend: Backend, prep: Prepared, tactic: Tactic, ops: Operands, ref: Reference | None,
