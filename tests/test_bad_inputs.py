@@ -409,7 +409,8 @@ WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, str]] = [
 
 @pytest.mark.parametrize(("python", "init", "message"), [r[1:] for r in WORKER_ROWS], ids=[r[0] for r in WORKER_ROWS])
 def test_worker_that_cannot_start_says_why_in_one_line(tmp_path, capfd, python, init, message):
-    from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter
+    from fp4bench.run.worker.interpreter import interpreter
+    from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec
 
     exe = interpreter(python(tmp_path))
     w = Worker(WorkerSpec(python=exe, init=init, start_timeout_s=120), label="side A")

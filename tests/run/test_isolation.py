@@ -25,7 +25,8 @@ from fp4bench.measure.verify import CheckResult
 from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
 from fp4bench.testing import faults
 from fp4bench.run.worker import protocol
-from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter, spawn
+from fp4bench.run.worker.interpreter import interpreter
+from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, spawn
 from fakes import inproc_worker as inproc
 from fakes.paths import BENCH_FILE as BENCH, FAKES
 from fakes.pytest_run import QUIET

@@ -26,7 +26,8 @@ from fp4bench.measure.timing import TIMER_ENV
 from fp4bench.run.case import OUT_OF_MEMORY
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
-from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter, spawn
+from fp4bench.run.worker.interpreter import interpreter
+from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, spawn
 
 
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:

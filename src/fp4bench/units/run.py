@@ -38,7 +38,8 @@ from fp4bench.run.case import OUT_OF_MEMORY
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings
-from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, interpreter, spawn
+from fp4bench.run.worker.interpreter import interpreter
+from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, spawn
 
 #: worker starts a unit may use (its first and the replacements of dead ones)
 MAX_STARTS = 3

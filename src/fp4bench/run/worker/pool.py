@@ -37,24 +37,6 @@ class WorkerLost(RuntimeError):
     """The worker died, hung or poisoned its CUDA context while answering a request."""
 
 
-def interpreter(path_or_venv: str) -> str:
-    """A Python interpreter from ``python3``, ``/path/to/python`` or a venv directory."""
-    p = Path(path_or_venv)
-    if p.is_dir():
-        for cand in (p / "bin" / "python", p / "bin" / "python3", p / "Scripts" / "python.exe"):
-            if cand.is_file():
-                return str(cand)
-        raise ValueError(f"{path_or_venv}: a directory without bin/python (not a virtual environment)")
-    if p.is_file():
-        return str(p.absolute())  # never looked up on PATH by Popen
-    import shutil
-
-    found = shutil.which(path_or_venv)
-    if found is None:
-        raise ValueError(f"{path_or_venv}: neither a Python interpreter nor a virtual environment")
-    return found
-
-
 def describe_exit(rc: int | None) -> str:
     if rc is None:
         return "still running"
