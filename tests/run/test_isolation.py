@@ -125,6 +125,28 @@ def test_close_all_hangs_up_every_worker_before_waiting_and_kills_one_past_the_s
     assert all(w.proc is None for w in workers)
 
 
+def test_a_worker_ends_after_its_exit_handlers_without_the_interpreters_teardown(tmp_path):
+    """``quick_exit`` (how ``python -m fp4bench.run.worker`` ends): the exit status, the exit
+    handlers and buffered output kept; the module teardown (a ``__del__`` of a global, torch's
+    0.7 s) skipped. A fresh interpreter without torch."""
+    from pathlib import Path
+
+    import fp4bench
+
+    log = tmp_path / "log"
+    code = ("import atexit, sys\nfrom fp4bench.run.worker.quick_exit import quick_exit\n"
+            f"LOG = {str(log)!r}\n"
+            "def note(what):\n    with open(LOG, 'a') as f:\n        f.write(what + '\\n')\n"
+            "class Global:\n    def __del__(self, open=open, log=LOG):\n"
+            "        with open(log, 'a') as f:\n            f.write('teardown\\n')\n"
+            "kept = Global()\natexit.register(note, 'exit handler')\n"
+            "sys.stdout.write('reply, not yet flushed')\nsys.stderr.write('said on stderr')\nquick_exit(3)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(Path(fp4bench.__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"})
+    assert (res.returncode, res.stdout, res.stderr) == (3, "reply, not yet flushed", "said on stderr")
+    assert log.read_text() == "exit handler\n"
+
+
 # --- parent side, against the fake child ------------------------------------------------------
 
 @pytest.fixture
