@@ -413,7 +413,8 @@ WORKER_ROWS: list[tuple[str, Callable[[Path], str], dict, bool, str]] = [
 @pytest.mark.parametrize(("python", "init", "real", "message"), [r[1:] for r in WORKER_ROWS],
                          ids=[r[0] for r in WORKER_ROWS])
 def test_worker_that_cannot_start_says_why_in_one_line(tmp_path, capfd, request, python, init, real, message):
-    from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, interpreter, spawn
+    from fp4bench.run.worker.interpreter import interpreter
+    from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, spawn
 
     exe = interpreter(python(tmp_path))
     if not real:

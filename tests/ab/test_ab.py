@@ -209,6 +209,21 @@ def test_workers_import_together_and_start_one_at_a_time_in_start_order(monkeypa
     assert [i.proc for i in runner.info.values()] == ["A1", "B1", "B2", "A2"]
 
 
+def test_close_hangs_up_every_process_before_waiting_for_any(sim_workers):
+    """The processes exit at once (each tears down its CUDA context and libraries), not one after
+    the other: every stdin is closed before the first wait."""
+    a, b = (Side(sys.executable, {inproc.SIDE_ENV: s}) for s in "AB")
+    runner = AbRunner(a, b, _cfg(sweep=SIM, plugins=(inproc.PLUGIN,)))
+    runner.start()
+    pids = {p.pid for p in sim_workers.processes}
+    assert len(pids) == 4 and sim_workers.exits == []
+    runner.close()
+    exits = sim_workers.exits
+    assert [what for what, _ in exits] == ["hang up"] * 4 + ["wait"] * 4
+    assert {pid for _, pid in exits[:4]} == {pid for _, pid in exits[4:]} == pids
+    assert all(p.exit_status == 0 for p in sim_workers.processes) and runner.workers == {}
+
+
 @pytest.mark.parametrize("timer", ["span", "cupti"])
 def test_every_worker_is_told_the_timer_of_its_samples(timer):
     """``$FP4BENCH_TIMER`` in both sides' workers: test-only code sized in the timer's unit

@@ -115,3 +115,20 @@ def test_a_failed_write_leaves_the_old_stack_file_whole(tmp_path, venv, capsys):
     assert rc == 4 and f"cannot write {target}: File too large" in err and "Traceback" not in err
     assert target.read_text() == old and [p.name for p in target.parent.iterdir()] == ["r1.txt"]
     assert sys.executable  # the venv listing was not what failed
+
+
+def test_freeze_imports_no_torch_numpy_or_scipy(tmp_path):
+    """``stack freeze --python VENV`` needs the interpreter's path, not the worker pool's imports
+    (torch, numpy and scipy: seconds a call); a fresh interpreter, the venv's listing faked."""
+    import json
+    import subprocess
+
+    code = ("import json, sys\nfrom fp4bench.cli import stack\n"
+            f"stack.installed = lambda python: ({PY!r}, {VENV!r})\n"
+            f"rc = stack.stack_main(['freeze', '--python', sys.executable, '--file', {str(tmp_path / 's.txt')!r}])\n"
+            "print(json.dumps([rc, [m for m in ('torch', 'numpy', 'scipy') if m in sys.modules]]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(Path(stack.__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == [0, []]
+    assert read_pins(tmp_path / "s.txt", PY)["torch"] == "2.9.1+cu128"

@@ -80,7 +80,7 @@ from fp4bench.backends.base import Availability, Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.run.worker import protocol
 from fp4bench.run.worker.child import answer, open_child
-from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, spawning
+from fp4bench.run.worker.pool import EXIT_TIMEOUT_S, Worker, WorkerLost, WorkerSpec, spawning
 
 PLUGIN = __name__
 BACKEND = "sim-bf16"
@@ -134,6 +134,7 @@ class FakeProcess:
     calls: int = 0  # kernel calls so far
     requests: list[str] = field(default_factory=list)  # the ops it was asked, in order
     exit_status: int | None = None  # set when it is gone
+    hung_up: bool = False  # its stdin closed by the parent
     child: Any = None
     registry: dict = field(default_factory=dict)
 
@@ -353,9 +354,17 @@ class InprocWorker(Worker):
         self.proc = None
         return p.exit_status
 
-    def close(self) -> None:
+    def hang_up(self) -> None:
+        p: FakeProcess | None = self.proc
+        if p is not None and not p.hung_up:  # a closed stdin stays closed
+            p.hung_up = True
+            self.world.exits.append(("hang up", p.pid))
+
+    def close(self, timeout: float = EXIT_TIMEOUT_S) -> None:
         if self.proc is not None:
-            self._reap()
+            self.hang_up()
+            self.world.exits.append(("wait", self.proc.pid))
+            self._reap(timeout)
 
 
 class World:
@@ -371,6 +380,8 @@ class World:
         self.seed = seed
         self.clock = FakeClock()
         self.processes: list[FakeProcess] = []
+        #: ("hang up" | "wait", pid) as the parent closed its processes, in order
+        self.exits: list[tuple[str, int]] = []
         self.fresh_registry = _fresh_registry()
 
     def start(self, spec: WorkerSpec) -> FakeProcess:

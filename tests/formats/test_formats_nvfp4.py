@@ -237,6 +237,64 @@ def test_bad_input_raises(x: torch.Tensor, kwargs: dict, match: str) -> None:
         nvfp4_quantize(x, **kwargs)
 
 
+@pytest.mark.parametrize("x_shape, gs_shape, ok", [
+    ((2, 16), (), True), ((2, 16), (1,), True), ((2, 16), (2, 1), True), ((2, 16), (1, 1), True),
+    ((2, 16), (2,), False),  # aligned from the right: 2 against the trailing 1
+    ((2, 16), (1, 2, 1), False),  # a leading 1 still adds a dimension to the result
+    ((2, 16), (3, 1), False), ((2, 16), (2, 16), False), ((16,), (1,), True), ((16,), (2,), False),
+    ((3, 2, 16), (3, 1, 1), True), ((3, 2, 16), (1, 2, 1), True), ((3, 2, 16), (3, 2, 1), True),
+    ((3, 2, 16), (2, 1), True), ((3, 2, 16), (3, 1), False),
+    ((0, 16), (1, 1), True), ((0, 16), (0, 1), True), ((1, 16), (0, 1), False), ((0, 16), (2, 1), False),
+])
+def test_global_scale_broadcast_rule_edges(x_shape, gs_shape, ok) -> None:
+    import re
+
+    from fp4bench.formats.nvfp4 import _check_broadcast
+
+    target = (*x_shape[:-1], 1)
+    gs = torch.ones(gs_shape)
+    if ok:
+        _check_broadcast(gs, torch.Size(x_shape), "NVFP4")
+    else:
+        with pytest.raises(ValueError, match=re.escape(f"NVFP4: global_scale of shape {gs_shape} must broadcast to "
+                                                       f"{target} (x.shape[:-1] + (1,))")):
+            _check_broadcast(gs, torch.Size(x_shape), "NVFP4")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=4), st.lists(st.integers(0, 3), max_size=4))
+def test_global_scale_broadcast_rule_is_numpys(lead: list[int], gs_shape: list[int]) -> None:
+    """The rule is broadcasting that leaves ``x.shape[:-1] + (1,)`` as it is (numpy's
+    ``broadcast_shapes`` as the independent oracle)."""
+    import numpy as np
+
+    from fp4bench.formats.nvfp4 import _check_broadcast
+
+    target = (*lead, 1)
+    try:
+        expect = np.broadcast_shapes(tuple(gs_shape), target) == target
+    except ValueError:
+        expect = False
+    try:
+        _check_broadcast(torch.empty(gs_shape), torch.Size((*lead, 16)), "f")
+        got = True
+    except ValueError:
+        got = False
+    assert got == expect
+
+
+def test_global_scale_check_does_not_load_sympy(monkeypatch) -> None:
+    """``torch.broadcast_shapes`` imports sympy (half a second a worker); per-expert scales are
+    checked without it."""
+    def refuse(*shapes):
+        raise AssertionError("torch.broadcast_shapes called")
+
+    monkeypatch.setattr(torch, "broadcast_shapes", refuse)
+    x = torch.randn(3, 2, 32, generator=torch.Generator().manual_seed(5))
+    q = nvfp4_quantize(x, global_scale=torch.full((3, 1, 1), 100.0))
+    assert q.global_scale.shape == (3, 1, 1) and NVFP4(q.data, q.scales, q.global_scale).shape == x.shape
+
+
 def test_container_validates_dtypes() -> None:
     q = nvfp4_quantize(torch.randn(2, 32))
     with pytest.raises(ValueError, match="float8_e4m3fn"):

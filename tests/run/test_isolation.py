@@ -5,8 +5,10 @@ finished case, also when the run itself is killed with SIGKILL."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
+import subprocess
 import sys
 import threading
 
@@ -25,7 +27,8 @@ from fp4bench.measure.verify import CheckResult
 from fp4bench.workload.problems import GemmProblem, GroupedProblem, MoEProblem, Origin
 from fp4bench.testing import faults
 from fp4bench.run.worker import protocol
-from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, describe_exit, interpreter, spawn
+from fp4bench.run.worker.interpreter import interpreter
+from fp4bench.run.worker.pool import IsolatedRunner, Worker, WorkerLost, WorkerSpec, close_all, describe_exit, spawn
 from fakes import inproc_worker as inproc
 from fakes.paths import BENCH_FILE as BENCH, FAKES
 from fakes.pytest_run import QUIET
@@ -73,6 +76,75 @@ def test_interpreter_accepts_a_venv_dir_and_rejects_other_things(tmp_path):
         interpreter(str(tmp_path))
     with pytest.raises(ValueError, match="neither a Python interpreter"):
         interpreter("no-such-python-anywhere")
+
+
+class _Proc:
+    """A ``Popen`` stand-in recording, in one shared list, its stdin's close, its waits and kills;
+    it exits ``exit_s`` simulated seconds after its stdin is closed, or never (``None``) until killed."""
+
+    def __init__(self, n: int, events: list, exit_s: float | None):
+        self.n, self.events, self.exit_s = n, events, exit_s
+        self.exit_at: float | None = None
+        self.stdin = self
+
+    def close(self) -> None:
+        if self.exit_at is None:  # a closed file stays closed
+            self.events.append(("close", self.n))
+            self.exit_at = clock.now() + self.exit_s if self.exit_s is not None else math.inf
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.events.append(("wait", self.n, timeout))
+        left = self.exit_at - clock.now() if self.exit_at is not None else math.inf
+        if timeout is not None and left > timeout:
+            clock.advance(timeout)
+            raise subprocess.TimeoutExpired("worker", timeout)
+        clock.advance(max(0.0, left))
+        return -signal.SIGKILL if self.exit_s is None else 0
+
+    def kill(self) -> None:
+        self.events.append(("kill", self.n))
+        self.exit_at = clock.now()
+        self.exit_s = None
+
+
+def test_close_all_hangs_up_every_worker_before_waiting_and_kills_one_past_the_shared_deadline():
+    """Exits overlap: every stdin closed first; each then waits for what is left of the 30 s after
+    the hang-up (a worker that took 20 s leaves the next 10 s), and one still running is killed."""
+    events: list = []
+    workers = []
+    for n, exit_s in enumerate((20.0, None, 25.0, 1.0)):
+        w = Worker(WorkerSpec(python=sys.executable), f"w{n}")
+        w.proc = _Proc(n, events, exit_s)
+        workers.append(w)
+    with clock.using(clock.SimClock()):
+        close_all(workers, timeout=30.0)
+        assert clock.now() == 30.0
+    assert events == [("close", 0), ("close", 1), ("close", 2), ("close", 3),
+                      ("wait", 0, 30.0), ("wait", 1, 10.0), ("kill", 1), ("wait", 1, None),
+                      ("wait", 2, 0.0), ("wait", 3, 0.0)]
+    assert all(w.proc is None for w in workers)
+
+
+def test_a_worker_ends_after_its_exit_handlers_without_the_interpreters_teardown(tmp_path):
+    """``quick_exit`` (how ``python -m fp4bench.run.worker`` ends): the exit status, the exit
+    handlers and buffered output kept; the module teardown (a ``__del__`` of a global, torch's
+    0.7 s) skipped. A fresh interpreter without torch."""
+    from pathlib import Path
+
+    import fp4bench
+
+    log = tmp_path / "log"
+    code = ("import atexit, sys\nfrom fp4bench.run.worker.quick_exit import quick_exit\n"
+            f"LOG = {str(log)!r}\n"
+            "def note(what):\n    with open(LOG, 'a') as f:\n        f.write(what + '\\n')\n"
+            "class Global:\n    def __del__(self, open=open, log=LOG):\n"
+            "        with open(log, 'a') as f:\n            f.write('teardown\\n')\n"
+            "kept = Global()\natexit.register(note, 'exit handler')\n"
+            "sys.stdout.write('reply, not yet flushed')\nsys.stderr.write('said on stderr')\nquick_exit(3)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(Path(fp4bench.__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"})
+    assert (res.returncode, res.stdout, res.stderr) == (3, "reply, not yet flushed", "said on stderr")
+    assert log.read_text() == "exit handler\n"
 
 
 # --- parent side, against the fake child ------------------------------------------------------

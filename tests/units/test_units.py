@@ -238,10 +238,12 @@ def test_real_worker_processes_pinned_to_their_gpus(monkeypatch, tmp_path, capsy
     assert all(len(u["windows"]) == 2 for b in js["benchmarks"] for u in b["units"])
 
 
-def test_equal_units_pass(host, capsys):
+def test_equal_units_pass(host, capsys, sim_workers):
     assert units_main(_cli()) == EXIT_OK
     text = capsys.readouterr().out
     assert "FAIL" not in text.split("summary:")[0].split("verdict")[-1] and "no unit flagged (exit 0)" in text
+    # the workers exit at once: both stdins closed before the first wait
+    assert [what for what, _ in sim_workers.exits] == ["hang up", "hang up", "wait", "wait"]
 
 
 def test_one_gpu_has_nothing_to_compare(host, capsys, monkeypatch, tmp_path):

@@ -26,7 +26,8 @@ from fp4bench.measure.timing import TIMER_ENV
 from fp4bench.run.case import OUT_OF_MEMORY
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
-from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, interpreter, spawn
+from fp4bench.run.worker.interpreter import interpreter
+from fp4bench.run.worker.pool import Worker, WorkerLost, WorkerSpec, close_all, spawn
 
 
 def _init(side: Side, cfg: AbConfig) -> dict[str, Any]:
@@ -193,9 +194,13 @@ class AbRunner(BenchmarkSteps):
         return dict(self.fingerprints)
 
     def close(self, kill: bool = False) -> None:
-        for pid in list(self.workers):
-            w = self.workers.pop(pid)
-            w.kill() if kill else w.close()  # an interrupted worker may be mid-case
+        """Every process stopped: killed (an interrupted worker may be mid-case) or closed at once."""
+        workers = [self.workers.pop(pid) for pid in list(self.workers)]
+        if kill:
+            for w in workers:
+                w.kill()
+        else:
+            close_all(workers)
 
     def _drop(self, pid: str, name: str, release: bool) -> int:
         """Forget the capture (``release``: and the cached operands); the bytes the process's

@@ -78,7 +78,7 @@ def _bisect(args: argparse.Namespace) -> int:
     from fp4bench.bisect.venvs import VenvBuilder
     from fp4bench.cli.stack import read_pins
     from fp4bench.outputs import OutputError, check_output, check_output_dir
-    from fp4bench.run.worker.pool import interpreter
+    from fp4bench.run.worker.interpreter import interpreter
 
     try:
         names = benchmarks(args)

@@ -39,7 +39,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from fp4bench.run.calibrate import calibrate, to_calibration
     from fp4bench.run.settings import RunnerSettings
     from fp4bench.run.sweep import sweep_options
-    from fp4bench.run.worker.pool import WorkerSpec, interpreter
+    from fp4bench.run.worker.interpreter import interpreter
+    from fp4bench.run.worker.pool import WorkerSpec
 
     def given(name: str):
         return getattr(args, name.replace("-", "_"), None)

@@ -118,7 +118,7 @@ def stack_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _freeze(args: argparse.Namespace) -> int:
-    from fp4bench.run.worker.pool import interpreter
+    from fp4bench.run.worker.interpreter import interpreter
 
     try:
         if not args.file and not args.runner:

@@ -73,11 +73,12 @@ class NVFP4:
 
 
 def _check_broadcast(gs: torch.Tensor, shape: torch.Size, fn: str) -> None:
-    target = torch.Size((*shape[:-1], 1))
-    try:
-        ok = torch.broadcast_shapes(gs.shape, target) == target
-    except RuntimeError:
-        ok = False
+    """``gs`` broadcasts to ``shape[:-1] + (1,)`` without changing it: no more dimensions, and each
+    (aligned from the right) 1 or the target's size. Checked on the tuples: ``torch.broadcast_shapes``
+    imports sympy, half a second of a worker's first case."""
+    target = (*shape[:-1], 1)
+    have = tuple(gs.shape)
+    ok = len(have) <= len(target) and all(g in (1, t) for g, t in zip(reversed(have), reversed(target)))
     if not ok:
         raise ValueError(f"{fn}: global_scale of shape {tuple(gs.shape)} must broadcast to "
                          f"{tuple(target)} (x.shape[:-1] + (1,))")

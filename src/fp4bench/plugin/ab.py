@@ -79,7 +79,7 @@ class AbPlugin:
                 raise pytest.UsageError("--fp4-a-env sets the environment of the --fp4-ab-against side: "
                                         "it needs --fp4-ab-against")
             return
-        from fp4bench.run.worker.pool import interpreter
+        from fp4bench.run.worker.interpreter import interpreter
 
         try:
             interpreter(self.against)

@@ -21,7 +21,7 @@ from fp4bench.options.registry import policy_kwargs
 from fp4bench.run.factory import case_runner, isolated_runner, open_device
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions, sweep_options as resolve_sweep
-from fp4bench.run.worker.pool import interpreter
+from fp4bench.run.worker.interpreter import interpreter
 
 
 def set_up(st: Any) -> None:

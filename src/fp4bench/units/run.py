@@ -38,7 +38,8 @@ from fp4bench.run.case import OUT_OF_MEMORY
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.sweep import SweepOptions
 from fp4bench.units.estimate import MIN_WINDOWS, against_siblings
-from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, interpreter, spawn
+from fp4bench.run.worker.interpreter import interpreter
+from fp4bench.run.worker.pool import WorkerLost, WorkerSpec, close_all, spawn
 
 #: worker starts a unit may use (its first and the replacements of dead ones)
 MAX_STARTS = 3
@@ -194,8 +195,11 @@ class UnitRunner:
     def close(self, kill: bool = False) -> None:
         if kill:
             self._stopping.set()
-        for w in self.workers.values():
-            w.kill() if kill else w.close()
+        if kill:
+            for w in self.workers.values():
+                w.kill()
+        else:
+            close_all(self.workers.values())  # hung up at once: their exits overlap
         # a window still in flight ends at once (its worker is gone or the next request refused):
         # waiting for it means nothing is recorded after the run returned
         self._pool.shutdown(wait=True)

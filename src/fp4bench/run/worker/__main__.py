@@ -1,3 +1,4 @@
 from fp4bench.run.worker.child import main
+from fp4bench.run.worker.quick_exit import quick_exit
 
-raise SystemExit(main())
+quick_exit(main())

@@ -18,12 +18,13 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import fp4bench
+from fp4bench import clock
 from fp4bench.run.case import measurement_of
 from fp4bench.run.settings import RunnerSettings
 from fp4bench.run.worker import protocol
@@ -33,26 +34,12 @@ from fp4bench.run.worker import protocol
 SOURCE_ROOT = str(Path(fp4bench.__file__).resolve().parent.parent)
 
 
+#: how long a hung-up worker may take to exit before it is killed
+EXIT_TIMEOUT_S = 30.0
+
+
 class WorkerLost(RuntimeError):
     """The worker died, hung or poisoned its CUDA context while answering a request."""
-
-
-def interpreter(path_or_venv: str) -> str:
-    """A Python interpreter from ``python3``, ``/path/to/python`` or a venv directory."""
-    p = Path(path_or_venv)
-    if p.is_dir():
-        for cand in (p / "bin" / "python", p / "bin" / "python3", p / "Scripts" / "python.exe"):
-            if cand.is_file():
-                return str(cand)
-        raise ValueError(f"{path_or_venv}: a directory without bin/python (not a virtual environment)")
-    if p.is_file():
-        return str(p.absolute())  # never looked up on PATH by Popen
-    import shutil
-
-    found = shutil.which(path_or_venv)
-    if found is None:
-        raise ValueError(f"{path_or_venv}: neither a Python interpreter nor a virtual environment")
-    return found
 
 
 def describe_exit(rc: int | None) -> str:
@@ -192,7 +179,7 @@ class Worker:
             self.close()  # exits by itself after a fatal reply
         return reply
 
-    def _reap(self, timeout: float = 30.0) -> int | None:
+    def _reap(self, timeout: float = EXIT_TIMEOUT_S) -> int | None:
         """Wait for the process to exit, killing it after ``timeout`` s (never wait on one that
         does not); its exit status. Reaped already (another thread's ``kill`` on Ctrl-C while
         this one waited for its answer): that status."""
@@ -220,14 +207,31 @@ class Worker:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
-    def close(self) -> None:
+    def hang_up(self) -> None:
+        """Close the process's stdin: it exits once it has answered what it was asked (``close``
+        then waits for that)."""
+        if self.proc is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def close(self, timeout: float = EXIT_TIMEOUT_S) -> None:
+        """Hang up and wait for the process to exit, killing it after ``timeout`` s."""
         if self.proc is None:
             return
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        self._reap()
+        self.hang_up()
+        self._reap(timeout)
+
+
+def close_all(workers: Iterable[Worker], timeout: float = EXIT_TIMEOUT_S) -> None:
+    """Close several workers at once: every one hung up first, so their exits (CUDA contexts torn
+    down, libraries unloaded) overlap, then each waited for; one still running ``timeout`` s after
+    its hang-up is killed."""
+    workers = list(workers)
+    for w in workers:
+        w.hang_up()
+    deadline = clock.now() + timeout
+    for w in workers:
+        w.close(max(0.0, deadline - clock.now()))
 
 
 #: what ``spawn`` builds: the real subprocess ``Worker`` unless ``spawning`` put another in
