@@ -7,6 +7,9 @@ import os
 import _pytest.pytester
 import pytest
 
+# fixtures of the in-process bench runs (fakes/pytest_run.py), for every test module
+from fakes.pytest_run import quick_runs, shared_run, shared_runs, sim_clock  # noqa: F401
+
 _Snapshot = _pytest.pytester.SysModulesSnapshot
 
 

@@ -30,7 +30,7 @@ from fp4bench.formats.nvfp4 import NVFP4, nvfp4_dequantize, nvfp4_quantize
 from fp4bench.formats.swizzle import unswizzle_128x4
 from fp4bench.gate.store import APPROVED, candidate_path
 from fakes.wrapped import unwrapped
-from fakes.pytest_run import STEADY_RUN, TINY, quick_runs, sim_clock  # noqa: F401  (fixtures)
+from fakes.pytest_run import STEADY_RUN, TINY
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("isolated_registry", "quick_runs")

@@ -26,7 +26,7 @@ from fp4bench.gate.baseline import BaselineError
 from fp4bench.run.linelog import LineLog, read_line_log
 from fp4bench.outputs import OutputError, check_output, temp_path, write_atomic
 from fakes.paths import BENCH_FILE as BENCH
-from fakes.pytest_run import STEADY_RUN as RUN, quick_runs, sim_clock  # noqa: F401  (fixtures)
+from fakes.pytest_run import STEADY_RUN as RUN
 
 pytest_plugins = ["pytester"]
 BENCH_FILE = BENCH.read_text()

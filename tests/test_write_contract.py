@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fakes.benchjson import H200, bench_entry, bench_json, samples, write
-from fakes.pytest_run import STEADY_RUN, quick_runs, sim_clock  # noqa: F401  (fixtures)
+from fakes.pytest_run import STEADY_RUN
 from fp4bench import cli
 from fp4bench.gate.approve import approve
 from fp4bench.gate.baseline import write_baseline

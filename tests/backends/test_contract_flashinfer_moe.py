@@ -27,10 +27,9 @@ from fp4bench.formats import sm90_interleave as sm90
 from fp4bench.workload.operands import make_operands
 from fp4bench.workload.problems import GemmProblem
 
-CPU = torch.device("cpu")
-
-
 from fakes.flashinfer_moe_api import FakeFlashInfer, check_moe as _check, moe_problem as _problem
+
+CPU = torch.device("cpu")
 
 
 def _run(backend, ops, tactic=DEFAULT_TACTIC):

@@ -17,10 +17,9 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Sequence
 
-from fakes.paths import DATA, ROOT
+from fakes.paths import ROOT
 
 DOC = ROOT / "docs" / "results-h200.md"
 COMMAND = "PYTHONPATH=src:tests python -m fakes.recorded --write"

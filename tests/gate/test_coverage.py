@@ -23,7 +23,6 @@ from fp4bench.report.tables import verdict_message, verdict_summary, verdict_tab
 from fp4bench.run.sweep import SweepOptions, selection_of
 from fp4bench.report.textfit import WIDTH
 from fakes.pytest_run import GATE, GATE_IDS, SteadySpin, steady_baseline, write_json, faster_baseline
-from fakes.pytest_run import sim_clock, quick_runs  # noqa: F401  (fixtures)
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("isolated_registry")

@@ -115,11 +115,11 @@ def test_the_budget_holds_the_operand_set_and_every_copy_with_its_layouts():
 
 
 # GLM-5's layer (256 experts, hidden 6144, inter 2048), bytes as make_operands allocates them
-E, H, I = 256, 6144, 2048
-GATE_UP_BF16 = E * 2 * I * H * 2  # 12 GiB
-DOWN_BF16 = E * H * I * 2  # 6 GiB
-MX_GATE_UP = E * 2 * I * (H // 2 + H // 32)  # MXFP4 codes and E8M0 scales
-MX_DOWN = E * H * (I // 2 + I // 32)
+E, H, INTER = 256, 6144, 2048
+GATE_UP_BF16 = E * 2 * INTER * H * 2  # 12 GiB
+DOWN_BF16 = E * H * INTER * 2  # 6 GiB
+MX_GATE_UP = E * 2 * INTER * (H // 2 + H // 32)  # MXFP4 codes and E8M0 scales
+MX_DOWN = E * H * (INTER // 2 + INTER // 32)
 MOE_B64_SMALL = 64 * H * 2 + 2 * 64 * 8 * 4  # activations, topk ids and weights
 
 
@@ -129,7 +129,7 @@ def test_glm5_grouped_b1_and_moe_b64_counts_and_bytes(total, grouped, moe):
     torch-bf16 grouped gate_up b1 (prepare takes views) and the W4A16 MoE b64 (prepare lays out
     every weight and scale tensor anew, reads activations and routing in place)."""
     bf16_copy = GATE_UP_BF16 + 8 * H * 2 + 257 * 8
-    n = copy_count(l2_bytes=L2, total_bytes=total, footprint_bytes=8 * 2 * I * H * 2, copy_bytes=bf16_copy,
+    n = copy_count(l2_bytes=L2, total_bytes=total, footprint_bytes=8 * 2 * INTER * H * 2, copy_bytes=bf16_copy,
                    held_bytes=bf16_copy)
     assert n == grouped
     assert bf16_copy * n <= MEMORY_FRACTION * total

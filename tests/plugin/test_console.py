@@ -16,7 +16,6 @@ from fp4bench.gate.verdict_json import validate
 from fp4bench.plugin.console import Tracker, duration, progress_line, results_lines, skipped_lines
 from fp4bench.report.textfit import WIDTH
 from fakes.pytest_run import GATE, GATE_IDS, STEADY_RUN, TINY, faster_baseline, steady_baseline, write_json
-from fakes.pytest_run import quick_runs, sim_clock  # noqa: F401  (fixtures)
 from fakes.paths import ROOT
 
 pytest_plugins = ["pytester"]

@@ -31,8 +31,7 @@ from fakes.wrapped import unwrapped
 from fp4bench.backends import registry
 from fp4bench.plugin.console import problem_label
 from fp4bench.run.sweep import SweepOptions, problems_for
-from fakes.pytest_run import TINY, GATE, GATE_IDS, STEADY, outcomes_of, steady_baseline, write_json, faster_baseline
-from fakes.pytest_run import quick_runs, shared_run, shared_runs, sim_clock  # noqa: F401  (fixtures)
+from fakes.pytest_run import TINY, GATE, GATE_IDS, STEADY, outcomes_of, shared_run, steady_baseline, write_json, faster_baseline
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("isolated_registry", "quick_runs")

@@ -1,7 +1,8 @@
 """``fp4bench units``: every (fake) GPU measured at once by its own pinned worker, each unit judged
 against its siblings with the project's rule. On CPU the GPUs are ``FP4BENCH_FAKE_GPUS``, the
 benchmarks the ``ab-spin`` backend of tests/fakes/ab_env.py (a fixed time per call) in in-process
-fake workers on the simulated clock (tests/fakes/inproc_worker.py), and a slow unit is made with the test-only slowdown wrapper selected by the pinned UUID
+fake workers on the simulated clock (tests/fakes/inproc_worker.py), and a slow unit is made with the
+test-only slowdown wrapper selected by the pinned UUID
 (``FP4BENCH_SLOWDOWN_GPUS``)."""
 
 from __future__ import annotations

@@ -84,8 +84,8 @@ def _usable(b: Baseline) -> dict[str, float]:
 
 def changes(cand: Baseline, last: Baseline, anchor: Baseline) -> list[Change]:
     """Per benchmark of the candidate that the anchor has: its step and cumulative change (%)."""
-    c, l, a = _usable(cand), _usable(last), _usable(anchor)
-    return [Change(n, (c[n] / l[n] - 1) * 100 if n in l else None, (c[n] / a[n] - 1) * 100)
+    c, prev, a = _usable(cand), _usable(last), _usable(anchor)
+    return [Change(n, (c[n] / prev[n] - 1) * 100 if n in prev else None, (c[n] / a[n] - 1) * 100)
             for n in sorted(c) if n in a]
 
 

@@ -9,7 +9,8 @@ one (flashinfer/gemm/gemm_base.py ``mm_fp4``)::
 
 with the operands of ``flashinfer-cutlass`` (``nvfp4_inputs``: 128x4 swizzled scales, fp32 alpha
 on the device; ``trtllm``: the weight shuffled as that backend reads it). ``mm_fp4`` builds one
-runner per backend (for ``"auto"``: the heuristic's list ``mm_fp4.suitable_auto_backends``) and runs what ``AutoTuner.choose_one`` answers; outside
+runner per backend (for ``"auto"``: the heuristic's list ``mm_fp4.suitable_auto_backends``) and runs what
+``AutoTuner.choose_one`` answers; outside
 autotuning that is the first runner with tactic -1, unless the tuner's cache holds a pick for the
 shape. An untuned row calls under ``autotune(False, skip_ops={"fp4_gemm"})`` (the tuner answers
 ``(runners[0], -1)`` without looking at its cache: what a caller that never tuned gets); a tuned row

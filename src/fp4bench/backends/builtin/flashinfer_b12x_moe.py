@@ -17,7 +17,8 @@ otherwise (``activation="silu"``, ``quant_mode=None`` -> NVFP4 from ``activation
   ``w1_alpha = 1 / gs_w1`` (the weights' decode scale, what the docstring calls "the exact fp32
   weight scale") the product is GEMM1's dequantization ``1 / (gs_a * gs_w1)``; the quantizer
   multiplies by its reciprocal, ``gs_a``, our encode scale (the direct micro kernel converts "ordinary
-  NVFP4 API scales" so, moe_direct_micro_kernel.py ``_input_scale_multiplier``). The static kernel's quantizer reads the value it is given as its multiplier
+  NVFP4 API scales" so, moe_direct_micro_kernel.py ``_input_scale_multiplier``). The static kernel's
+  quantizer reads the value it is given as its multiplier
   (moe_static_kernel.py, ``input_scales_are_reciprocal=False``); FlashInfer's own tests use unit
   scales, which cannot tell the two readings apart. Ours are not unit: a wrong reading is off by
   ``gs_a^2`` and fails the check by orders of magnitude, so the first SM120 run settles it;
