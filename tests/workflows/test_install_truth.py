@@ -29,7 +29,9 @@ def test_readme_ci_and_tox_agree():
     code = "\n".join(re.findall(r"```bash\n(.*?)```", readme, re.S)) + run + (ROOT / "tox.ini").read_text()
     assert not re.search(r"torch==[\d.]+(?![\d.]*\+cpu)", code)  # no second pin, none of the CUDA build
     # extras
-    assert "pip install -q -e '.[test,report]'" in run and "pip install -e '.[test,report]'" in readme
+    # (CI adds the lint extra: its ruff phase, before the tests)
+    assert "pip install -q -e '.[test,report,lint]'" in run and "pip install -e '.[test,report]'" in readme
+    assert "bin/ruff check src tests bench conftest.py\n" in run
     assert [e.strip() for e in env["extras"].split(",")] == ["test", "report"]
     # the test command
     assert f".ci-venv/bin/python -m {TEST_COMMAND}\n" in run and f"python -m {TEST_COMMAND}\n" in readme
