@@ -13,13 +13,19 @@ import torch
 from fp4bench.backends.base import Prepared, Tactic
 from fp4bench.backends.builtin.torch_bf16 import TorchBF16
 from fp4bench.run.case import CaseRunner, measurement_of
-from fp4bench.run.operand_copies import copy_bytes, operand_copy
+from fp4bench.measure.holdings import tensors_of
+from fp4bench.run.operand_copies import copied_fields, operand_copy
 from fp4bench.measure.copies import MAX_COPIES, MEMORY_FRACTION, copy_count
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.measure.verify import OK, CheckResult
 from fp4bench.workload.operands import make_operands
 from fp4bench.workload.problems import GemmProblem, GroupedProblem, Origin
 from fakes.paths import ROOT
+
+
+def copy_bytes(ops) -> int:
+    """The bytes a rotating copy allocates: one clone of each tensor of its copied fields."""
+    return sum(t.numel() * t.element_size() for t in tensors_of([getattr(ops, n) for n in copied_fields(ops)]))
 
 GIB = 1 << 30
 H200_L2 = 62914560  # bytes, the fingerprint's l2_bytes

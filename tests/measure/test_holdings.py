@@ -17,9 +17,15 @@ from fp4bench.measure.holdings import case_bytes, layout_bytes, storages, tensor
 from fp4bench.measure.timing import TimingConfig
 from fp4bench.measure.verify import OK, CheckResult
 from fp4bench.run.case import CaseRunner
-from fp4bench.run.operand_copies import copied_fields, copy_bytes
+from fp4bench.run.operand_copies import copied_fields
 from fp4bench.workload.operands import make_operands
 from fp4bench.workload.problems import GroupedProblem, MoEProblem
+
+
+def copy_bytes(ops) -> int:
+    """The bytes a rotating copy allocates: one clone of each tensor of its copied fields."""
+    return sum(t.numel() * t.element_size() for t in tensors_of([getattr(ops, n) for n in copied_fields(ops)]))
+
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors (conftest)
 

@@ -6,7 +6,7 @@ tensor of it, the bf16 weight originals of a quantized weight format included (t
 input and the unquantized reference's operands; ``workload.operands``). For GLM-5's MoE layer
 those originals are 18 GiB of the 22.8 GiB operand set, more than the four copies a W4A16 case
 makes clone. Each copy is a clone of the tensors a backend of the case's formats reads
-(``run.case.operand_copy``) and the layouts its ``prepare`` builds from them (an interleaved or
+(``run.operand_copies.operand_copy``) and the layouts its ``prepare`` builds from them (an interleaved or
 swizzled weight, a swapped gate/up order: new buffers the size of an operand tensor). What a
 copy keeps is the part of its clone its prepared operands read in place (a ``prepare`` that takes
 views keeps all of it: the bf16 grouped rows) and its layouts; the rest of the clone is freed
@@ -84,7 +84,7 @@ class CaseBytes:
 
 def case_bytes(ops: Any, prepared: Any, copied: Any) -> CaseBytes:
     """What a case of operand set ``ops`` and its first ``prepared`` holds; ``copied``: the
-    tensors of ``ops`` a rotating copy clones (``run.case.operand_copy``)."""
+    tensors of ``ops`` a rotating copy clones (``run.operand_copies.operand_copy``)."""
     layouts = layout_bytes(prepared, ops)
     clone = storages(copied)
     in_place = set(storages(prepared))

@@ -1,5 +1,5 @@
-"""Rotating operand copies: a copy of an operand set in allocations of its own (the same bytes),
-and what one costs in device memory (``measure.copies`` decides how many a case gets)."""
+"""Rotating operand copies: a copy of an operand set in allocations of its own (the same bytes).
+What a copy costs in device memory: ``measure.holdings``; how many a case gets: ``measure.copies``."""
 
 from __future__ import annotations
 
@@ -21,15 +21,6 @@ def _clone(obj: Any) -> Any:
     return obj
 
 
-def _clone_bytes(obj: Any) -> int:
-    """The bytes ``_clone(obj)`` allocates: every tensor inside, one clone each."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(_clone_bytes(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init)
-    return 0
-
-
 #: the bf16 weight originals of an operand set (``Operands.w``, ``w2``)
 _WEIGHT_ORIGINALS = ("w", "w2")
 
@@ -47,7 +38,3 @@ def operand_copy(ops: Operands) -> Operands:
     """A rotating copy of ``ops``: the same bytes, in allocations of its own (``copied_fields``)."""
     return dataclasses.replace(ops, **{n: _clone(getattr(ops, n)) for n in copied_fields(ops)})
 
-
-def copy_bytes(ops: Operands) -> int:
-    """The device bytes ``operand_copy(ops)`` allocates: what one more copy costs."""
-    return sum(_clone_bytes(getattr(ops, n)) for n in copied_fields(ops))
