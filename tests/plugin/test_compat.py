@@ -90,7 +90,7 @@ PB_FLAGS = ["--benchmark-json", "r.json", "--benchmark-autosave", "--benchmark-m
 
 
 @pytest.mark.filterwarnings("ignore:Benchmark machine_info is different")  # the slim baseline records none
-def test_the_gate_judges_the_same_with_and_without_pytest_benchmarks_flags(bench, monkeypatch, capsys):
+def test_the_gate_judges_the_same_with_and_without_pytest_benchmarks_flags(bench, monkeypatch, capsys, sim_clock):
     both = [*GATE, "--fp4-backends", "steady-spin,steady-spin-2", "--fp4-baselines", "store"]
     res = bench.runpytest(*both, "--fp4-save-baseline", "plain.json")
     assert res.ret == 0, res.stdout.str()
